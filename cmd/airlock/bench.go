@@ -1,0 +1,3 @@
+package main
+
+func benchCmd(args []string) error { return usageError{"bench: not yet"} }

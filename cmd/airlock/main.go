@@ -1,0 +1,76 @@
+// Command airlock runs untrusted code in ephemeral sandboxes.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+)
+
+const usage = `usage: airlock <command> [flags]
+
+commands:
+  run     run a command or a code snippet in a fresh sandbox
+  bench   compare airlock run against bare python3
+  version print the version
+`
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// exitError carries an exit code to main without printing anything more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// usageError is bad input: reported on one line, exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func main() {
+	// The sandbox init path must run before anything else touches the
+	// process: it is the first process inside a new sandbox.
+	if namespaces.IsInit() {
+		namespaces.Init()
+	}
+	os.Exit(exitCode(run(os.Args[1:])))
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return exitError{2}
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(args[1:])
+	case "bench":
+		return benchCmd(args[1:])
+	case "version", "--version":
+		fmt.Println("airlock", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q (try airlock help)", args[0])}
+}
+
+func exitCode(err error) int {
+	var ee exitError
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "airlock:", ue.msg)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, "airlock:", err)
+	return 125 // the convention of timeout(1) and docker: airlock itself failed
+}

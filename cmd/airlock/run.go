@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// maxCodeFile bounds --file, which is read into memory and into the sandbox.
+const maxCodeFile = 16 << 20
+
+// languages maps --lang to the interpreter and the code file's extension.
+var languages = map[string]struct{ interp, ext string }{
+	"python": {"/usr/bin/python3", ".py"},
+	"bash":   {"/bin/bash", ".sh"},
+}
+
+func langFromExt(name string) (string, bool) {
+	for lang, l := range languages {
+		if filepath.Ext(name) == l.ext {
+			return lang, true
+		}
+	}
+	return "", false
+}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// sizeFlag is a byte count such as 512M.
+type sizeFlag struct{ v *int64 }
+
+func (s sizeFlag) String() string {
+	if s.v == nil {
+		return ""
+	}
+	return policy.FormatSize(*s.v)
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := policy.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.v = n
+	return nil
+}
+
+type runFlags struct {
+	policy        policy.Policy
+	mounts, env   listFlag
+	file, lang    string
+	code          string
+	codeSet       bool
+	stdin, asJSON bool
+	argv          []string
+}
+
+func parseRunFlags(args []string) (*runFlags, error) {
+	f := &runFlags{policy: policy.Default()}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	p := &f.policy
+	fs.Var(sizeFlag{&p.MemoryBytes}, "memory", "memory limit (e.g. 512M)")
+	fs.Int64Var(&p.Pids, "pids", p.Pids, "most processes and threads")
+	fs.Float64Var(&p.CPUs, "cpus", p.CPUs, "CPU quota in cores")
+	fs.DurationVar(&p.Timeout, "timeout", p.Timeout, "wall-clock limit")
+	fs.Var(sizeFlag{&p.OutputLimit}, "output-limit", "bytes kept per output stream")
+	fs.Var(sizeFlag{&p.DiskBytes}, "disk", "size of the writable file system")
+	fs.Var(&f.mounts, "mount", "SRC:DST[:ro|:rw] host path to show inside (repeatable)")
+	fs.Var(&f.env, "env", "KEY=VALUE environment variable (repeatable)")
+	fs.StringVar(&p.Workdir, "workdir", p.Workdir, "working directory inside the sandbox")
+	fs.StringVar(&f.file, "file", "", "code file to run (language from its extension)")
+	fs.StringVar(&f.lang, "lang", "", "language of --code or --file: python or bash")
+	fs.Func("code", "code to run", func(s string) error { f.code, f.codeSet = s, true; return nil })
+	fs.BoolVar(&f.stdin, "stdin", false, "pass standard input to the sandbox")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON result instead of streaming output")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println("usage: airlock run [flags] -- COMMAND [ARG…]   or   airlock run [flags] --file F | --code C")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return nil, exitError{0}
+		}
+		return nil, usageError{err.Error()}
+	}
+	f.argv = fs.Args()
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range f.mounts {
+		mt, err := policy.ParseMount(m, cwd)
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		p.Mounts = append(p.Mounts, mt)
+	}
+	p.Env = f.env
+	return f, nil
+}
+
+// command turns the flags into argv and the code files to put in the sandbox.
+func (f *runFlags) command() ([]string, []namespaces.File, error) {
+	hasCode := f.file != "" || f.codeSet
+	switch {
+	case f.file != "" && f.codeSet:
+		return nil, nil, usageError{"--file and --code are exclusive"}
+	case hasCode && len(f.argv) > 0:
+		return nil, nil, usageError{"give a command after -- or --file/--code, not both"}
+	case !hasCode && len(f.argv) == 0:
+		return nil, nil, usageError{"nothing to run: give a command after -- or use --file or --code"}
+	case !hasCode:
+		if f.lang != "" {
+			return nil, nil, usageError{"--lang applies only to --file and --code"}
+		}
+		return f.argv, nil, nil
+	}
+	lang, name := f.lang, "main"
+	var data []byte
+	if f.file != "" {
+		name = filepath.Base(f.file)
+		if lang == "" {
+			l, ok := langFromExt(name)
+			if !ok {
+				return nil, nil, usageError{fmt.Sprintf("cannot tell the language of %s from its extension; use --lang", name)}
+			}
+			lang = l
+		}
+		var err error
+		if data, err = readCodeFile(f.file); err != nil {
+			return nil, nil, usageError{err.Error()}
+		}
+	} else {
+		if lang == "" {
+			lang = "python"
+		}
+		data = []byte(f.code)
+	}
+	l, ok := languages[lang]
+	if !ok {
+		return nil, nil, usageError{fmt.Sprintf("unknown language %q (python or bash)", lang)}
+	}
+	if f.codeSet {
+		name += l.ext
+	}
+	file := namespaces.File{Name: name, Data: data}
+	return []string{l.interp, namespaces.CodePath(name)}, []namespaces.File{file}, nil
+}
+
+func readCodeFile(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %v", path, errors.Unwrap(err))
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > maxCodeFile {
+		return nil, fmt.Errorf("%s is larger than %s", path, policy.FormatSize(maxCodeFile))
+	}
+	return io.ReadAll(fh)
+}
+
+// jsonResult is the --json output.
+type jsonResult struct {
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	ExitCode        int     `json:"exit_code"`
+	Signal          *string `json:"signal"`
+	TimedOut        bool    `json:"timed_out"`
+	OOMKilled       bool    `json:"oom_killed"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	DurationMS      float64 `json:"duration_ms"`
+	CPUMS           float64 `json:"cpu_ms"`
+	MaxMemoryBytes  int64   `json:"max_memory_bytes"`
+}
+
+func runCmd(args []string) error {
+	f, err := parseRunFlags(args)
+	if err != nil {
+		return err
+	}
+	argv, files, err := f.command()
+	if err != nil {
+		return err
+	}
+	spec := &namespaces.Spec{Policy: f.policy, Argv: argv, Files: files}
+	if err := namespaces.Check(spec); err != nil {
+		return usageError{err.Error()}
+	}
+	if f.stdin {
+		spec.Stdin = os.Stdin
+	}
+	var stdout, stderr strings.Builder
+	if f.asJSON {
+		spec.Stdout, spec.Stderr = &stdout, &stderr
+	} else {
+		spec.Stdout, spec.Stderr = os.Stdout, os.Stderr
+	}
+	if err := namespaces.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	res, err := namespaces.Run(ctx, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "airlock: interrupted; sandbox killed")
+			return exitError{130}
+		}
+		return err
+	}
+	code, reason := exitStatus(res, &f.policy)
+	if f.asJSON {
+		out := jsonResult{
+			Stdout: stdout.String(), Stderr: stderr.String(),
+			ExitCode: res.ExitCode, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
+			StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+			DurationMS:     float64(res.Duration.Microseconds()) / 1000,
+			CPUMS:          float64(res.CPU.Microseconds()) / 1000,
+			MaxMemoryBytes: res.MaxMemoryBytes,
+		}
+		if res.Signal != "" {
+			out.Signal = &res.Signal
+		}
+		enc := json.NewEncoder(os.Stdout)
+		if err := enc.Encode(&out); err != nil {
+			return err
+		}
+	} else {
+		if res.StdoutTruncated || res.StderrTruncated {
+			fmt.Fprintf(os.Stderr, "airlock: output truncated at %s per stream\n", policy.FormatSize(f.policy.OutputLimit))
+		}
+		if reason != "" {
+			fmt.Fprintln(os.Stderr, "airlock: killed:", reason)
+		}
+	}
+	return exitError{code}
+}
+
+// exitStatus maps a result to airlock's exit code, with the conventions of
+// timeout(1) and the shell: 124 for the wall timeout, 137 for an OOM kill,
+// 128+N for signal N, otherwise the program's own code.
+func exitStatus(res *namespaces.Result, p *policy.Policy) (int, string) {
+	switch {
+	case res.TimedOut:
+		return 124, "wall timeout " + p.Timeout.String()
+	case res.OOMKilled:
+		return 137, "memory limit " + policy.FormatSize(p.MemoryBytes)
+	case res.Signal != "":
+		return 128 + int(unix.SignalNum(res.Signal)), "signal " + res.Signal
+	}
+	return res.ExitCode, ""
+}
+

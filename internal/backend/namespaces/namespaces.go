@@ -1,0 +1,379 @@
+// Package namespaces runs commands in sandboxes built from Linux namespaces,
+// cgroups, Landlock and seccomp: the default Airlock backend.
+package namespaces
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// Spec is one execution: what to run, under which policy, with which I/O.
+type Spec struct {
+	Policy policy.Policy
+	Argv   []string
+	Files  []File     // written read-only into /.airlock before the command starts
+	Stdin  io.Reader  // nil: /dev/null
+	Stdout io.Writer  // receives at most Policy.OutputLimit bytes
+	Stderr io.Writer  // likewise
+}
+
+// Result is what happened to the command. A non-zero exit, a signal, a
+// timeout or an OOM kill is a result, not an error.
+type Result struct {
+	ExitCode        int    // -1 when killed by a signal
+	Signal          string // e.g. "SIGKILL", empty when it exited
+	TimedOut        bool
+	OOMKilled       bool
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration
+	CPU             time.Duration
+	MaxMemoryBytes  int64
+}
+
+// SetupError means the sandbox could not be built, so nothing ran. Its
+// message names what failed; it does not come from user code.
+type SetupError struct{ Msg string }
+
+func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Msg }
+
+// ErrNotRoot is returned when the process lacks the privileges to build
+// sandboxes: mapping several ids into a user namespace and creating
+// cgroups need host root.
+var ErrNotRoot = errors.New("the namespaces backend needs root (it writes uid maps and creates cgroups)")
+
+// Host ids the sandbox's uids map to. Sandbox root maps to hostIDBase and
+// the sandbox user to hostIDBase+1000: ids no distribution allocates
+// (useradd stays below 60000, subordinate ranges start at 100000 and grow
+// by 65536), so a file the sandbox creates can never be owned by a real
+// host account, and never by host root.
+const hostIDBase = 1 << 30
+
+// StateDir holds the lock files of running sandboxes and the empty
+// directory each one mounts its root on (inside its own mount namespace).
+var StateDir = "/run/airlock"
+
+const hostname = "sandbox"
+
+// defaultEnv is the environment every command starts with; Policy.Env adds
+// to and overrides it. Nothing of the host's environment leaks in, except
+// the OpenBLAS core-type settings that some CPUs need to compute correctly.
+func defaultEnv(p *policy.Policy) []string {
+	threads := max(1, int(p.CPUs+0.999))
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/home/user",
+		"USER=user",
+		"LOGNAME=user",
+		"SHELL=/bin/bash",
+		"LANG=C.UTF-8",
+		"MPLBACKEND=Agg",
+		fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", threads),
+		fmt.Sprintf("OMP_NUM_THREADS=%d", threads),
+	}
+	for _, k := range []string{"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return mergeEnv(env, p.Env)
+}
+
+// mergeEnv returns base with each KEY=VALUE of extra replacing or adding.
+func mergeEnv(base, extra []string) []string {
+	out := append([]string(nil), base...)
+	for _, kv := range extra {
+		k, _, _ := cut(kv)
+		replaced := false
+		for i, b := range out {
+			if bk, _, _ := cut(b); bk == k {
+				out[i], replaced = kv, true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func cut(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+// Check reports whether sandboxes can be built here and spec is runnable,
+// without starting anything. Its errors are meant for the user.
+func Check(spec *Spec) error {
+	if err := spec.Policy.Validate(); err != nil {
+		return err
+	}
+	if len(spec.Argv) == 0 {
+		return errors.New("no command to run")
+	}
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	for _, m := range spec.Policy.Mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			return fmt.Errorf("mount source %s does not exist or is not accessible", m.Source)
+		}
+	}
+	return nil
+}
+
+// Run executes spec in a new sandbox and destroys the sandbox before
+// returning. ctx cancellation kills the sandbox like a timeout does, but
+// is reported as ctx.Err().
+func Run(ctx context.Context, spec *Spec) (*Result, error) {
+	if err := Check(spec); err != nil {
+		return nil, err
+	}
+	if err := prepareStateDir(); err != nil {
+		return nil, err
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := lockRun(id)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.release()
+	cg, err := newCgroup(id, &spec.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	res, runErr := run(ctx, spec, cg)
+	// Whatever happened, nothing of the sandbox may outlive Run.
+	if err := cg.kill(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("kill sandbox %s: %w", id, err))
+	}
+	if res != nil {
+		if st, err := cg.stats(); err == nil {
+			res.MaxMemoryBytes = st.MaxMemory
+			// An OOM kill shows as SIGKILL plus the cgroup's oom_kill
+			// counter; memory.failcnt is not reliable on v1.
+			res.OOMKilled = st.OOMKills > 0 && res.Signal == "SIGKILL" && !res.TimedOut
+		}
+	}
+	if err := cg.destroy(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("remove cgroup of %s: %w", id, err))
+	}
+	if runErr != nil {
+		return nil, runErr
+	}
+	return res, nil
+}
+
+func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
+	p := &spec.Policy
+	cfg := initConfig{
+		Argv:      spec.Argv,
+		Env:       defaultEnv(p),
+		Workdir:   p.Workdir,
+		Hostname:  hostname,
+		RootDir:   filepath.Join(StateDir, "root"),
+		DiskBytes: p.DiskBytes,
+		Pids:      p.Pids,
+		Mounts:    p.Mounts,
+		Files:     spec.Files,
+	}
+	// Each end is closed as soon as it is no longer needed; the defers
+	// cover the early returns (a second Close is harmless).
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer errR.Close()
+	defer errW.Close()
+
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path:       self,
+		Args:       []string{"airlock", InitArg},
+		Env:        []string{},
+		ExtraFiles: []*os.File{cfgR, errW}, // configFD, errorFD
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			UidMappings: []syscall.SysProcIDMap{
+				{ContainerID: 0, HostID: hostIDBase, Size: 1},
+				{ContainerID: sandboxUID, HostID: hostIDBase + sandboxUID, Size: 1},
+			},
+			GidMappings: []syscall.SysProcIDMap{
+				{ContainerID: 0, HostID: hostIDBase, Size: 1},
+				{ContainerID: sandboxGID, HostID: hostIDBase + sandboxGID, Size: 1},
+			},
+			// Without an explicit credential the child would keep host
+			// uid 0 (unmapped, but still the owner of root's files).
+			// Empty Groups drops host root's supplementary groups.
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			GidMappingsEnableSetgroups: true,
+			// A new session: no controlling terminal to inject input into.
+			Setsid: true,
+			// If airlock dies, the kernel kills the sandbox's init, and
+			// with it every process of its pid namespace.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	// The process must be born in, or join before running anything, its
+	// cgroups; how depends on the cgroup version.
+	cgFiles, releaseCgroup, err := cg.enter(cmd.SysProcAttr)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	defer releaseCgroup()
+	cmd.ExtraFiles = append(cmd.ExtraFiles, cgFiles...)
+	cfg.CgroupFiles = len(cgFiles)
+	cfgData, err := json.Marshal(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	stdout := newCapped(spec.Stdout, p.OutputLimit)
+	stderr := newCapped(spec.Stderr, p.OutputLimit)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if spec.Stdin != nil {
+		// Hide the *os.File behind a plain Reader so os/exec copies
+		// through a pipe: a terminal must never be handed to the sandbox.
+		cmd.Stdin = struct{ io.Reader }{spec.Stdin}
+	}
+	// Stdin copying may block on a terminal forever; output pipes close
+	// when the sandbox dies. Bound both.
+	cmd.WaitDelay = time.Second
+
+	// Pdeathsig fires when the thread that forked dies, not the process:
+	// keep this goroutine on one thread until Start returns.
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	cfgR.Close()
+	errW.Close()
+	releaseCgroup()
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	abort := func(e error) (*Result, error) {
+		_ = cmd.Process.Kill()
+		<-waitErr
+		return nil, e
+	}
+
+	if _, err := cfgW.Write(cfgData); err != nil {
+		return abort(fmt.Errorf("send config: %w", err))
+	}
+	cfgW.Close()
+	// Setup runs until execve closes the error pipe; anything written to it
+	// is why setup failed.
+	msg, _ := io.ReadAll(io.LimitReader(errR, 4096))
+	if len(msg) > 0 {
+		return abort(&SetupError{Msg: string(msg)})
+	}
+	start := time.Now()
+
+	timer := time.NewTimer(p.Timeout)
+	defer timer.Stop()
+	res := &Result{}
+	select {
+	case err = <-waitErr:
+	case <-timer.C:
+		res.TimedOut = true
+		_ = cmd.Process.Kill() // pid 1 of the sandbox: its death kills the rest
+		err = <-waitErr
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-waitErr
+		return nil, ctx.Err()
+	}
+	res.Duration = time.Since(start)
+	if err != nil && !errors.As(err, new(*exec.ExitError)) && !errors.Is(err, exec.ErrWaitDelay) {
+		return nil, fmt.Errorf("wait: %w", err)
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	res.ExitCode = ws.ExitStatus()
+	if ws.Signaled() {
+		res.Signal = unix.SignalName(ws.Signal())
+	}
+	// The init's rusage includes every descendant it or the kernel reaped,
+	// and at the end of a pid namespace that is every process in it.
+	res.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	res.StdoutTruncated, res.StderrTruncated = stdout.truncated, stderr.truncated
+	return res, nil
+}
+
+// capped passes at most limit bytes to w and drops the rest, still
+// consuming it so the writer in the sandbox never blocks on a full pipe.
+type capped struct {
+	w         io.Writer
+	left      int64
+	truncated bool
+}
+
+func newCapped(w io.Writer, limit int64) *capped {
+	if w == nil {
+		w = io.Discard
+	}
+	return &capped{w: w, left: limit}
+}
+
+func (c *capped) Write(b []byte) (int, error) {
+	n := len(b)
+	if int64(len(b)) > c.left {
+		b = b[:c.left]
+		c.truncated = true
+	}
+	c.left -= int64(len(b))
+	if len(b) > 0 {
+		if _, err := c.w.Write(b); err != nil {
+			// The reader went away (a closed terminal, say): keep
+			// draining so the sandbox is not stalled, but stop writing.
+			c.w = io.Discard
+		}
+	}
+	return n, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+func newID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}

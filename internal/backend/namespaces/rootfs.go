@@ -1,0 +1,275 @@
+package namespaces
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// hostEtc are the /etc entries the default template shares read-only:
+// what Python, numpy, matplotlib and TLS clients read at start. Entries
+// missing on the host are skipped; everything else in /etc stays hidden.
+var hostEtc = []string{
+	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "matplotlibrc",
+	"ssl", "ca-certificates", "localtime", "mime.types", "python3", "python3.11", "python3.12",
+	"python3.13", "bash.bashrc", "profile", "inputrc", "gai.conf",
+}
+
+// hostRootLinks are the merged-/usr top-level entries: symlinks on a
+// merged-/usr host, which the sandbox mirrors, or directories it shares.
+var hostRootLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// hostDevices are the only device nodes in the sandbox's /dev.
+var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// buildRoot assembles the sandbox's root file system on a fresh tmpfs at
+// dir and pivots into it. It runs as root of the sandbox's user namespace,
+// inside its private mount namespace, so nothing here is visible to the host.
+// Every failure aborts the sandbox.
+func buildRoot(dir string, c *initConfig) error {
+	// Private propagation first: without it, mounts below could propagate
+	// back into the host's mount namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// One size-limited tmpfs holds the whole writable part of the sandbox
+	// (/tmp, /home/user, /dev/shm): that is the --disk limit.
+	opts := fmt.Sprintf("size=%d,mode=0755", c.DiskBytes)
+	if err := unix.Mount("airlock", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	r := rootBuilder{dir: dir}
+	r.mkdir("usr", 0o755)
+	r.bind("/usr", "usr", true)
+	for _, name := range hostRootLinks {
+		r.mirror("/"+name, name)
+	}
+	r.mkdir("etc", 0o755)
+	for _, name := range hostEtc {
+		if _, err := os.Lstat("/etc/" + name); err == nil {
+			r.bind("/etc/"+name, "etc/"+name, true)
+		}
+	}
+	for name, content := range generatedEtc(c.Hostname) {
+		r.write("etc/"+name, content, 0o644)
+	}
+	r.mkdir("proc", 0o555)
+	r.mount("proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	r.buildDev()
+	r.mkdir("tmp", 0o1777)
+	r.mkdir("home", 0o755)
+	r.mkdir("home/user", 0o700)
+	r.chown("home/user", sandboxUID, sandboxGID)
+	for _, m := range c.Mounts {
+		r.bind(m.Source, strings.TrimPrefix(m.Target, "/"), m.ReadOnly)
+	}
+	r.mkdir(codeDir[1:], 0o755)
+	for _, f := range c.Files {
+		r.write(codeDir[1:]+"/"+f.Name, f.Data, 0o444)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	// pivot_root, then detach the old root: from here on the host's file
+	// system is unreachable by path.
+	const old = ".oldroot"
+	if err := os.Mkdir(filepath.Join(dir, old), 0o700); err != nil {
+		return fmt.Errorf("pivot: %w", err)
+	}
+	if err := unix.PivotRoot(dir, filepath.Join(dir, old)); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir /: %w", err)
+	}
+	if err := unix.Unmount("/"+old, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := os.Remove("/" + old); err != nil {
+		return fmt.Errorf("remove old root: %w", err)
+	}
+	return nil
+}
+
+// rootBuilder keeps the first error, so buildRoot reads as the list of
+// what the root contains rather than a ladder of error checks.
+type rootBuilder struct {
+	dir string
+	err error
+}
+
+func (r *rootBuilder) path(rel string) string { return filepath.Join(r.dir, rel) }
+
+func (r *rootBuilder) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (r *rootBuilder) mkdir(rel string, mode os.FileMode) {
+	if r.err != nil {
+		return
+	}
+	p := r.path(rel)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		r.fail("mkdir %s: %w", rel, err)
+		return
+	}
+	// Chmod explicitly: MkdirAll applies the umask and drops the sticky bit.
+	if err := os.Chmod(p, mode); err != nil {
+		r.fail("chmod %s: %w", rel, err)
+	}
+}
+
+func (r *rootBuilder) chown(rel string, uid, gid int) {
+	if r.err == nil {
+		if err := os.Chown(r.path(rel), uid, gid); err != nil {
+			r.fail("chown %s: %w", rel, err)
+		}
+	}
+}
+
+func (r *rootBuilder) write(rel string, data []byte, mode os.FileMode) {
+	if r.err != nil {
+		return
+	}
+	if err := os.WriteFile(r.path(rel), data, mode); err != nil {
+		r.fail("write %s: %w", rel, err)
+		return
+	}
+	if err := os.Chmod(r.path(rel), mode); err != nil {
+		r.fail("chmod %s: %w", rel, err)
+	}
+}
+
+func (r *rootBuilder) symlink(target, rel string) {
+	if r.err == nil {
+		if err := os.Symlink(target, r.path(rel)); err != nil {
+			r.fail("symlink %s: %w", rel, err)
+		}
+	}
+}
+
+func (r *rootBuilder) mount(source, rel, fstype string, flags uintptr, data string) {
+	if r.err == nil {
+		if err := unix.Mount(source, r.path(rel), fstype, flags, data); err != nil {
+			r.fail("mount %s on %s: %w", fstype, rel, err)
+		}
+	}
+}
+
+// mirror reproduces a host top-level entry: the same symlink, or a
+// read-only bind of the directory. A missing entry is skipped.
+func (r *rootBuilder) mirror(host, rel string) {
+	fi, err := os.Lstat(host)
+	switch {
+	case err != nil:
+		return
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(host)
+		if err != nil {
+			r.fail("readlink %s: %w", host, err)
+			return
+		}
+		r.symlink(target, rel)
+	case fi.IsDir():
+		r.mkdir(rel, 0o755)
+		r.bind(host, rel, true)
+	}
+}
+
+// bind makes host path src visible at rel, recursively, never with setuid
+// or device semantics, and read-only when asked. The read-only flag is set
+// with mount_setattr on the whole tree: a plain MS_REMOUNT would leave
+// submounts writable and, inside a user namespace, fails on locked flags.
+func (r *rootBuilder) bind(src, rel string, readOnly bool) {
+	if r.err != nil {
+		return
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		r.fail("bind %s: %w", src, err)
+		return
+	}
+	dst := r.path(rel)
+	if fi.IsDir() {
+		err = os.MkdirAll(dst, 0o755)
+	} else {
+		err = os.MkdirAll(filepath.Dir(dst), 0o755)
+		if err == nil {
+			err = os.WriteFile(dst, nil, 0o644)
+		}
+	}
+	if err != nil {
+		r.fail("bind target %s: %w", rel, err)
+		return
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		r.fail("bind %s: %w", src, err)
+		return
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE, &attr); err != nil {
+		r.fail("restrict bind %s: %w", rel, err)
+	}
+}
+
+// buildDev creates a minimal /dev: a few harmless device nodes bound from
+// the host (a user namespace cannot mknod), a private devpts instance for
+// terminals, and /dev/shm on the sandbox's own tmpfs.
+func (r *rootBuilder) buildDev() {
+	r.mkdir("dev", 0o755)
+	for _, name := range hostDevices {
+		if r.err != nil {
+			return
+		}
+		dst := r.path("dev/" + name)
+		if err := os.WriteFile(dst, nil, 0o644); err != nil {
+			r.fail("dev %s: %w", name, err)
+			return
+		}
+		if err := unix.Mount("/dev/"+name, dst, "", unix.MS_BIND, ""); err != nil {
+			r.fail("bind /dev/%s: %w", name, err)
+			return
+		}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}
+		if err := unix.MountSetattr(unix.AT_FDCWD, dst, 0, &attr); err != nil {
+			r.fail("restrict /dev/%s: %w", name, err)
+			return
+		}
+	}
+	r.mkdir("dev/pts", 0o755)
+	r.mount("devpts", "dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+	r.symlink("pts/ptmx", "dev/ptmx")
+	r.mkdir("dev/shm", 0o1777)
+	r.symlink("/proc/self/fd", "dev/fd")
+	r.symlink("/proc/self/fd/0", "dev/stdin")
+	r.symlink("/proc/self/fd/1", "dev/stdout")
+	r.symlink("/proc/self/fd/2", "dev/stderr")
+}
+
+// generatedEtc are the /etc files written for each sandbox instead of
+// taken from the host: its identities and its (absent) network.
+func generatedEtc(hostname string) map[string][]byte {
+	return map[string][]byte{
+		"passwd": []byte("root:x:0:0:root:/root:/bin/bash\n" +
+			"user:x:1000:1000:user:/home/user:/bin/bash\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+		"group":         []byte("root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n"),
+		"hosts":         []byte("127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+		"hostname":      []byte(hostname + "\n"),
+		"resolv.conf":   []byte("# no network in this sandbox\n"),
+		"nsswitch.conf": []byte("passwd: files\ngroup: files\nhosts: files\n"),
+	}
+}
+
+// errNoLandlock marks a kernel without Landlock, the one protection that
+// is applied only where available.
+var errNoLandlock = errors.New("landlock not supported by this kernel")

@@ -1,0 +1,94 @@
+//go:build amd64
+
+package namespaces
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Offsets into struct seccomp_data, which the filter reads.
+const (
+	offNr   = 0
+	offArch = 4
+	offArg0 = 16
+	offArg1 = 24
+)
+
+// cloneNamespaceFlags are refused in clone(2): the same namespaces unshare
+// would create. (CLONE_NEWTIME is absent: in clone's flags that bit is part
+// of the exit signal.)
+const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+
+// seccompFilter builds the sandbox's BPF program. It is a deny list: the
+// allow-list alternative breaks arbitrary user programs in ways that are
+// hard to explain, while this list removes the syscalls such programs never
+// need. The order is significant: the arch check comes first, because
+// syscall numbers mean different things in other ABIs.
+func seccompFilter() []unix.SockFilter {
+	errno := func(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
+	stmt := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
+	jump := func(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
+		return unix.SockFilter{Code: code, K: k, Jt: jt, Jf: jf}
+	}
+	const (
+		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		ret  = unix.BPF_RET | unix.BPF_K
+	)
+	prog := []unix.SockFilter{
+		// 1. Another ABI (i386 via int 0x80): kill, since numbers differ.
+		stmt(ld, offArch),
+		jump(jeq, auditArch, 1, 0),
+		stmt(ret, unix.SECCOMP_RET_KILL_PROCESS),
+		// 2. x32 syscalls share the arch value but set a high bit.
+		stmt(ld, offNr),
+		jump(jge, x32SyscallBit, 0, 1),
+		stmt(ret, errno(unix.EPERM)),
+		// 3. clone3 passes flags in memory BPF cannot read; ENOSYS makes
+		// libc fall back to clone, whose flags are checked below.
+		jump(jeq, unix.SYS_CLONE3, 0, 1),
+		stmt(ret, errno(unix.ENOSYS)),
+	}
+	// 4. The deny list.
+	for _, nr := range deniedSyscalls {
+		prog = append(prog, jump(jeq, uint32(nr), 0, 1), stmt(ret, errno(unix.EPERM)))
+	}
+	// 5. ioctl(TIOCSTI / TIOCLINUX) push input into a terminal; a sandbox
+	// must never type into one, whatever terminal it can reach.
+	prog = append(prog,
+		jump(jeq, unix.SYS_IOCTL, 0, 5),
+		stmt(ld, offArg1),
+		jump(jeq, unix.TIOCSTI, 2, 0),
+		jump(jeq, unix.TIOCLINUX, 1, 0),
+		stmt(ret, unix.SECCOMP_RET_ALLOW),
+		stmt(ret, errno(unix.EPERM)),
+	)
+	// 6. clone with namespace flags (low 32 bits of arg 0), then allow.
+	prog = append(prog,
+		stmt(ld, offNr),
+		jump(jeq, unix.SYS_CLONE, 0, 3),
+		stmt(ld, offArg0),
+		jump(jset, cloneNamespaceFlags, 0, 1),
+		stmt(ret, errno(unix.EPERM)),
+		stmt(ret, unix.SECCOMP_RET_ALLOW),
+	)
+	return prog
+}
+
+// installSeccomp loads the filter into the calling thread, which must have
+// no_new_privs set and must be the thread that then calls execve.
+func installSeccomp() error {
+	prog := seccompFilter()
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	if errno != 0 {
+		return fmt.Errorf("install seccomp filter: %w", errno)
+	}
+	return nil
+}

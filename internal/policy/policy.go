@@ -1,0 +1,149 @@
+// Package policy describes what one sandbox may use: its limits, mounts and
+// environment, with safe defaults and validation of everything a user supplies.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+)
+
+// Policy is the complete description of a sandbox's resources and view of
+// the host. The zero value is not valid; start from Default.
+type Policy struct {
+	MemoryBytes int64         // cgroup memory limit; swap is limited to the same total
+	Pids        int64         // most tasks (processes and threads) at once
+	CPUs        float64       // CPU quota in cores
+	Timeout     time.Duration // wall-clock limit of one execution
+	OutputLimit int64         // bytes kept per stream (stdout, stderr)
+	DiskBytes   int64         // size of the writable root (/tmp, /home/user)
+	Mounts      []Mount       // host paths made visible inside
+	Env         []string      // KEY=VALUE pairs added to the default environment
+	Workdir     string        // working directory inside the sandbox
+}
+
+// Mount makes a host path visible inside the sandbox.
+type Mount struct {
+	Source   string // absolute host path
+	Target   string // absolute path inside the sandbox
+	ReadOnly bool
+}
+
+// Default returns the built-in defaults (see DESIGN.md).
+func Default() Policy {
+	return Policy{
+		MemoryBytes: 512 << 20,
+		Pids:        256,
+		CPUs:        1,
+		Timeout:     60 * time.Second,
+		OutputLimit: 10 << 20,
+		DiskBytes:   1 << 30,
+		Workdir:     "/home/user",
+	}
+}
+
+// Bounds below which a sandbox cannot do useful work; values under them are
+// almost always a typo (256 instead of 256M) and are rejected rather than
+// silently producing a sandbox that dies at start.
+const (
+	minMemory = 16 << 20
+	minDisk   = 1 << 20
+	maxCPUs   = 1024
+)
+
+// reservedTargets are the sandbox paths Airlock builds itself; a mount over
+// them would replace a protection (/proc, /dev) or the code it runs.
+var reservedTargets = []string{"/", "/proc", "/dev", "/etc", "/usr", "/.airlock"}
+
+// Validate reports the first problem with p, as a message fit for the user.
+func (p *Policy) Validate() error {
+	switch {
+	case p.MemoryBytes < minMemory:
+		return fmt.Errorf("memory limit %s is below the minimum %s", FormatSize(p.MemoryBytes), FormatSize(minMemory))
+	case p.Pids < 1:
+		return fmt.Errorf("pids limit must be at least 1, got %d", p.Pids)
+	case !(p.CPUs > 0) || p.CPUs > maxCPUs: // also rejects NaN
+		return fmt.Errorf("cpus must be greater than 0 and at most %d, got %g", maxCPUs, p.CPUs)
+	case p.Timeout <= 0:
+		return fmt.Errorf("timeout must be positive, got %s", p.Timeout)
+	case p.OutputLimit < 0:
+		return fmt.Errorf("output limit must not be negative, got %d", p.OutputLimit)
+	case p.DiskBytes < minDisk:
+		return fmt.Errorf("disk limit %s is below the minimum %s", FormatSize(p.DiskBytes), FormatSize(minDisk))
+	}
+	if err := checkSandboxPath("workdir", p.Workdir); err != nil {
+		return err
+	}
+	for _, kv := range p.Env {
+		if err := checkEnv(kv); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.Mounts {
+		if !path.IsAbs(m.Source) {
+			return fmt.Errorf("mount source %q is not an absolute path", m.Source)
+		}
+		if err := checkSandboxPath("mount target", m.Target); err != nil {
+			return err
+		}
+		for _, r := range reservedTargets {
+			if m.Target == r || (r != "/" && strings.HasPrefix(m.Target, r+"/")) {
+				return fmt.Errorf("mount target %q is reserved by the sandbox", m.Target)
+			}
+		}
+	}
+	return nil
+}
+
+func checkSandboxPath(what, p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%s is empty", what)
+	case !path.IsAbs(p):
+		return fmt.Errorf("%s %q is not an absolute path", what, p)
+	case path.Clean(p) != p:
+		return fmt.Errorf("%s %q is not a clean path", what, p)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("%s contains a NUL byte", what)
+	}
+	return nil
+}
+
+func checkEnv(kv string) error {
+	k, _, ok := strings.Cut(kv, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
+	case k == "":
+		return errors.New("environment entry has an empty name")
+	case strings.ContainsRune(kv, 0):
+		return fmt.Errorf("environment entry %q contains a NUL byte", k)
+	}
+	return nil
+}
+
+// ParseMount parses SRC:DST[:ro|:rw]. A relative SRC is resolved against
+// cwd; DST must be absolute. Mounts are read-only unless ":rw" is given.
+func ParseMount(s, cwd string) (Mount, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return Mount{}, fmt.Errorf("mount %q is not SRC:DST[:ro|:rw]", s)
+	}
+	m := Mount{Source: parts[0], Target: parts[1], ReadOnly: true}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "ro":
+		case "rw":
+			m.ReadOnly = false
+		default:
+			return Mount{}, fmt.Errorf("mount %q: mode must be ro or rw, got %q", s, parts[2])
+		}
+	}
+	if !path.IsAbs(m.Source) {
+		m.Source = path.Join(cwd, m.Source)
+	}
+	m.Source = path.Clean(m.Source)
+	return m, nil
+}
