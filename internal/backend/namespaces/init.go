@@ -1,11 +1,13 @@
 package namespaces
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -25,9 +27,18 @@ const InitArg = "__airlock-sandbox-init"
 
 // The file descriptors the host gives init, after stdin, stdout and stderr.
 const (
-	configFD   = 3 // config JSON, then EOF
-	errorFD    = 4 // close-on-exec: EOF without data means execve succeeded
-	firstCgroupFD = 5 // then initConfig.CgroupFiles cgroup v1 "tasks" files
+	configFD = 3 // config JSON, then EOF
+	statusFD = 4 // init's reports to the host, see the status* bytes
+	// From 5 on: initConfig.CgroupFiles cgroup v1 "tasks" files, then one
+	// detached mount tree per entry of initConfig.Mounts.
+	firstExtraFD = 5
+)
+
+// Reports on statusFD, one byte each, the last one followed by data.
+const (
+	statusFailed  = 'E' // setup failed; the message follows
+	statusRunning = 'R' // the user's command started
+	statusExited  = 'X' // it ended; its wait status follows, 4 bytes little-endian
 )
 
 // Identities inside the sandbox.
@@ -62,93 +73,130 @@ type File struct {
 	Data []byte
 }
 
-// Init is the sandbox's first process. It never returns: it either execs
-// the user's command with every protection applied, or reports why it
-// could not on errorFD and exits.
+// Init is the sandbox's first process, pid 1 of its pid namespace. It
+// builds the sandbox, starts the user's command with every protection
+// applied, reaps orphans like any init, reports how the command ended on
+// statusFD, and exits: with pid 1 gone, the kernel kills whatever is left.
+//
+// The command is not exec'd as pid 1 itself: the kernel ignores signals
+// that pid 1 has no handler for, so "kill -TERM $$" or a program's own
+// raise(SIGSEGV) would silently do nothing, and orphans would turn into
+// zombies under programs that never wait.
 func Init() {
-	// Every per-thread property set below (capabilities, no_new_privs,
-	// Landlock, seccomp, the cgroup namespace) must be on the thread that
-	// calls execve, so this goroutine never leaves its thread.
+	// Per-thread properties set below (the bounding set, securebits, the
+	// cgroups joined on v1, the cgroup namespace) must be those of the
+	// thread that forks the command, so this goroutine keeps its thread.
 	runtime.LockOSThread()
-	errPipe := os.NewFile(errorFD, "error")
-	err := setup()
-	fmt.Fprint(errPipe, err.Error())
-	os.Exit(1)
+	status := os.NewFile(statusFD, "status")
+	main, err := setup()
+	if err != nil {
+		status.Write(append([]byte{statusFailed}, err.Error()...))
+		os.Exit(1)
+	}
+	status.Write([]byte{statusRunning})
+	ws := reap(main)
+	var msg [5]byte
+	msg[0] = statusExited
+	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
+	status.Write(msg[:])
+	os.Exit(0)
 }
 
-// setup is the ordered checklist of DESIGN.md. Each step depends on the ones
-// before it; on success it does not return.
-func setup() error {
-	// 0. The error pipe must close on execve: its EOF is the host's signal
-	// that the user's command started.
-	if _, err := unix.FcntlInt(errorFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-		return fmt.Errorf("error pipe: %w", err)
-	}
+// setup is the ordered checklist of DESIGN.md. Each step depends on the
+// ones before it. It returns the pid of the started command.
+func setup() (int, error) {
 	// 1. The config: what to run and how to build the sandbox.
 	c, err := readConfig()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	// 2. Enter the sandbox's cgroups before doing anything else, so all
-	// that follows is already limited and accounted.
+	// 2. Enter the sandbox's cgroups before anything else, so all that
+	// follows is limited and accounted.
 	if err := joinCgroups(c.CgroupFiles); err != nil {
-		return err
+		return 0, err
 	}
 	// A cgroup namespace rooted at the sandbox's cgroup, so that
 	// /proc/self/cgroup shows "/" and nothing of the host.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return fmt.Errorf("cgroup namespace: %w", err)
+		return 0, fmt.Errorf("cgroup namespace: %w", err)
 	}
 	if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
-		return fmt.Errorf("sethostname: %w", err)
+		return 0, fmt.Errorf("sethostname: %w", err)
 	}
 	// 3. The root file system, then pivot into it.
-	if err := buildRoot(c.RootDir, c); err != nil {
-		return err
+	if err := buildRoot(c.RootDir, c, firstExtraFD+c.CgroupFiles); err != nil {
+		return 0, err
 	}
 	// 4. Network: a fresh namespace has only loopback, and it is down.
 	if err := loopbackUp(); err != nil {
-		return err
+		return 0, err
 	}
 	// Resolve the command now, while errors can still be reported clearly.
 	argv0, err := lookPath(c.Argv[0], c.Env)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// 5. Privileges: become uid/gid 1000 with no capabilities, then
-	// no_new_privs, Landlock and rlimits.
+	// no_new_privs, Landlock and rlimits, on every thread of init too.
 	if err := dropPrivileges(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.Chdir(c.Workdir); err != nil {
-		return fmt.Errorf("workdir %s: %w", c.Workdir, errors.Unwrap(err))
+		return 0, fmt.Errorf("workdir %s: %w", c.Workdir, errors.Unwrap(err))
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
+	if err := llsyscall.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
 	if err := restrictLandlock(c); err != nil && !errors.Is(err, errNoLandlock) {
-		return err
+		return 0, err
 	}
 	if err := setRlimits(c); err != nil {
-		return err
+		return 0, err
 	}
 	// 6. seccomp last: it forbids syscalls the steps above needed.
 	if err := installSeccomp(); err != nil {
-		return err
+		return 0, err
 	}
-	err = unix.Exec(argv0, c.Argv, c.Env)
-	return fmt.Errorf("exec %s: %w", c.Argv[0], err)
+	pid, err := syscall.ForkExec(argv0, c.Argv, &syscall.ProcAttr{Env: c.Env, Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)
+	}
+	return pid, nil
 }
 
-// joinCgroups moves the calling thread, the one that will execve, into
-// the sandbox's cgroups by writing "0" to their v1 "tasks" files. Moving
-// a whole process through cgroup.procs takes a global lock that costs an
-// RCU grace period (1-30 ms measured here); moving only the current thread
-// does not. The files were opened by host root, which is what the kernel
-// checks, and are closed here, before any user code runs.
+// reap waits for children until main ends, and returns its wait status.
+// Signals sent to init are passed on to main.
+func reap(main int) unix.WaitStatus {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	go func() {
+		for s := range sigs {
+			_ = unix.Kill(main, s.(unix.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case err == unix.EINTR:
+		case err != nil: // ECHILD: cannot happen before main is reaped
+			return unix.WaitStatus(0xff00) // exit code 255
+		case pid == main:
+			return ws
+		}
+	}
+}
+
+// joinCgroups moves the calling thread, the one that will fork the
+// command, into the sandbox's cgroups by writing "0" to their v1 "tasks"
+// files. Moving a whole process through cgroup.procs takes a global lock
+// that costs an RCU grace period (1-30 ms measured here); moving only the
+// current thread does not. The files were opened by host root, which is
+// what the kernel checks, and are closed here, before any user code runs.
+// (On cgroup v2 init was cloned into its cgroup and there are no files.)
 func joinCgroups(n int) error {
 	for i := range n {
-		f := os.NewFile(uintptr(firstCgroupFD+i), "cgroup")
+		f := os.NewFile(uintptr(firstExtraFD+i), "cgroup")
 		_, err := f.Write([]byte("0"))
 		f.Close()
 		if err != nil {
@@ -229,7 +277,10 @@ func lastCap() (int, error) {
 }
 
 // dropPrivileges turns the sandbox's root into the unprivileged user with
-// no capability left in any set, for good.
+// no capability left in any set, for good. Securebits, the bounding set and
+// capset act on the calling thread, which forks the command; setresuid acts
+// on all threads, and on init's other threads the kernel's setuid fix-up
+// clears the capabilities.
 func dropPrivileges() error {
 	last, err := lastCap()
 	if err != nil {
@@ -264,12 +315,12 @@ func dropPrivileges() error {
 		return fmt.Errorf("setresuid: %w", err)
 	}
 	// Changing uids cleared the parent-death signal: arm it again, then
-	// make sure the parent did not die in between (its end of the error
+	// make sure the parent did not die in between (its end of the status
 	// pipe would be closed).
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("parent death signal: %w", err)
 	}
-	fds := []unix.PollFd{{Fd: errorFD, Events: unix.POLLOUT}}
+	fds := []unix.PollFd{{Fd: statusFD, Events: unix.POLLOUT}}
 	if _, err := unix.Poll(fds, 0); err != nil || fds[0].Revents&unix.POLLERR != 0 {
 		return errors.New("the host process is gone")
 	}
@@ -316,7 +367,7 @@ func restrictLandlock(c *initConfig) error {
 		return errNoLandlock
 	}
 	defer unix.Close(fd)
-	if err := llsyscall.LandlockRestrictSelf(fd, flags); err != nil {
+	if err := llsyscall.AllThreadsLandlockRestrictSelf(fd, flags); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)
 	}
 	return nil

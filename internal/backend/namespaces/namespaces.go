@@ -5,6 +5,7 @@ package namespaces
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -199,30 +200,31 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 		Mounts:    p.Mounts,
 		Files:     spec.Files,
 	}
-	// Each end is closed as soon as it is no longer needed; the defers
-	// cover the early returns (a second Close is harmless).
+	// Every file handed to init is closed here once init has started (or
+	// failed to); a second Close of the same file is harmless.
+	var handed []*os.File
+	defer func() { closeAll(handed) }()
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	defer cfgR.Close()
 	defer cfgW.Close()
-	errR, errW, err := os.Pipe()
+	statusR, statusW, err := os.Pipe()
 	if err != nil {
+		cfgR.Close()
 		return nil, err
 	}
-	defer errR.Close()
-	defer errW.Close()
+	defer statusR.Close()
+	handed = append(handed, cfgR, statusW) // configFD, statusFD
 
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own executable: %w", err)
-	}
 	cmd := &exec.Cmd{
-		Path:       self,
-		Args:       []string{"airlock", InitArg},
-		Env:        []string{},
-		ExtraFiles: []*os.File{cfgR, errW}, // configFD, errorFD
+		// /proc/self/exe, not the binary's path: the exec happens after the
+		// child became the sandbox's root, an unprivileged host uid that
+		// may not traverse the directories the binary sits in (say
+		// /root/go/bin). The magic link skips that lookup.
+		Path: "/proc/self/exe",
+		Args: []string{"airlock", InitArg},
+		Env:  []string{},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
@@ -246,15 +248,20 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	// The process must be born in, or join before running anything, its
-	// cgroups; how depends on the cgroup version.
-	cgFiles, releaseCgroup, err := cg.enter(cmd.SysProcAttr)
+	// Init must be born in, or join before it runs anything, its cgroups.
+	tasks, releaseCgroup, err := cg.enter(cmd.SysProcAttr)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
 	defer releaseCgroup()
-	cmd.ExtraFiles = append(cmd.ExtraFiles, cgFiles...)
-	cfg.CgroupFiles = len(cgFiles)
+	handed = append(handed, tasks...)
+	cfg.CgroupFiles = len(tasks)
+	mounts, err := openMounts(p.Mounts)
+	handed = append(handed, mounts...)
+	if err != nil {
+		return nil, err
+	}
+	cmd.ExtraFiles = handed
 	cfgData, err := json.Marshal(&cfg)
 	if err != nil {
 		return nil, err
@@ -276,8 +283,7 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 	runtime.LockOSThread()
 	err = cmd.Start()
 	runtime.UnlockOSThread()
-	cfgR.Close()
-	errW.Close()
+	closeAll(handed)
 	releaseCgroup()
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
@@ -289,18 +295,29 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 		<-waitErr
 		return nil, e
 	}
-
 	if _, err := cfgW.Write(cfgData); err != nil {
 		return abort(fmt.Errorf("send config: %w", err))
 	}
 	cfgW.Close()
-	// Setup runs until execve closes the error pipe; anything written to it
-	// is why setup failed.
-	msg, _ := io.ReadAll(io.LimitReader(errR, 4096))
-	if len(msg) > 0 {
+
+	// Init reports 'R' once the command runs, or 'E' and why it could not.
+	var first [1]byte
+	if _, err := io.ReadFull(statusR, first[:]); err != nil || first[0] != statusRunning {
+		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
+		if first[0] != statusFailed {
+			msg = []byte("init ended without a report")
+		}
 		return abort(&SetupError{Msg: string(msg)})
 	}
 	start := time.Now()
+	exited := make(chan unix.WaitStatus, 1)
+	go func() {
+		var msg [5]byte
+		if n, _ := io.ReadFull(statusR, msg[:]); n == 5 && msg[0] == statusExited {
+			exited <- unix.WaitStatus(binary.LittleEndian.Uint32(msg[1:]))
+		}
+		close(exited)
+	}()
 
 	timer := time.NewTimer(p.Timeout)
 	defer timer.Stop()
@@ -320,16 +337,44 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 	if err != nil && !errors.As(err, new(*exec.ExitError)) && !errors.Is(err, exec.ErrWaitDelay) {
 		return nil, fmt.Errorf("wait: %w", err)
 	}
-	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	// The command's own status, as init reported it; if init died first
+	// (timeout, OOM, the host), its death is the command's.
+	ws, ok := <-exited
+	if !ok {
+		ws = unix.WaitStatus(cmd.ProcessState.Sys().(syscall.WaitStatus))
+	}
 	res.ExitCode = ws.ExitStatus()
 	if ws.Signaled() {
 		res.Signal = unix.SignalName(ws.Signal())
 	}
-	// The init's rusage includes every descendant it or the kernel reaped,
+	// Init's rusage includes every descendant it or the kernel reaped,
 	// and at the end of a pid namespace that is every process in it.
 	res.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	res.StdoutTruncated, res.StderrTruncated = stdout.truncated, stderr.truncated
 	return res, nil
+}
+
+// openMounts clones each host path to mount as a detached mount tree,
+// with its final attributes. Host root opens them, so the path's parent
+// directories need not be open to the sandbox's unprivileged host uid; the
+// sandbox sees the tree itself with the permissions its files have.
+func openMounts(mounts []policy.Mount) ([]*os.File, error) {
+	var files []*os.File
+	for _, m := range mounts {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return files, fmt.Errorf("mount source %s: %w", m.Source, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), m.Source))
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if m.ReadOnly {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return files, fmt.Errorf("mount %s: %w", m.Source, err)
+		}
+	}
+	return files, nil
 }
 
 // capped passes at most limit bytes to w and drops the rest, still
@@ -377,3 +422,9 @@ func newID() (string, error) {
 	}
 	return hex.EncodeToString(b[:]), nil
 }
+
+// Host uids of a sandbox's root and of its user, as seen from the host.
+const (
+	HostRootUID = hostIDBase
+	HostUserUID = hostIDBase + sandboxUID
+)

@@ -30,7 +30,10 @@ var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // dir and pivots into it. It runs as root of the sandbox's user namespace,
 // inside its private mount namespace, so nothing here is visible to the host.
 // Every failure aborts the sandbox.
-func buildRoot(dir string, c *initConfig) error {
+//
+// The user's mounts arrive as detached mount trees (see openMounts), one fd
+// each from firstMountFD on.
+func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	// Private propagation first: without it, mounts below could propagate
 	// back into the host's mount namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -64,8 +67,8 @@ func buildRoot(dir string, c *initConfig) error {
 	r.mkdir("home", 0o755)
 	r.mkdir("home/user", 0o700)
 	r.chown("home/user", sandboxUID, sandboxGID)
-	for _, m := range c.Mounts {
-		r.bind(m.Source, strings.TrimPrefix(m.Target, "/"), m.ReadOnly)
+	for i, m := range c.Mounts {
+		r.attach(firstMountFD+i, strings.TrimPrefix(m.Target, "/"))
 	}
 	r.mkdir(codeDir[1:], 0o755)
 	for _, f := range c.Files {
@@ -218,6 +221,34 @@ func (r *rootBuilder) bind(src, rel string, readOnly bool) {
 	}
 	if err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE, &attr); err != nil {
 		r.fail("restrict bind %s: %w", rel, err)
+	}
+}
+
+// attach moves the detached mount tree fd to rel, creating rel as a
+// directory or a file to match, and closes fd.
+func (r *rootBuilder) attach(fd int, rel string) {
+	defer unix.Close(fd)
+	if r.err != nil {
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		r.fail("mount %s: %w", rel, err)
+		return
+	}
+	dst := r.path(rel)
+	err := os.MkdirAll(filepath.Dir(dst), 0o755)
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		err = os.MkdirAll(dst, 0o755)
+	} else if err == nil {
+		err = os.WriteFile(dst, nil, 0o644)
+	}
+	if err != nil {
+		r.fail("mount target %s: %w", rel, err)
+		return
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		r.fail("mount %s: %w", rel, err)
 	}
 }
 

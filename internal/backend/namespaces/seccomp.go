@@ -81,14 +81,18 @@ func seccompFilter() []unix.SockFilter {
 	return prog
 }
 
-// installSeccomp loads the filter into the calling thread, which must have
-// no_new_privs set and must be the thread that then calls execve.
+// installSeccomp loads the filter into every thread of the process (TSYNC):
+// init stays alive next to the user's code and gets the same filter.
+// no_new_privs must be set.
 func installSeccomp() error {
 	prog := seccompFilter()
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	tid, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
 	if errno != 0 {
 		return fmt.Errorf("install seccomp filter: %w", errno)
+	}
+	if tid != 0 { // TSYNC reports the thread it could not synchronize
+		return fmt.Errorf("install seccomp filter: thread %d not synchronized", tid)
 	}
 	return nil
 }

@@ -1,0 +1,574 @@
+package namespaces
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+func TestMain(m *testing.M) {
+	// Run re-executes this test binary as the sandbox's init.
+	if IsInit() {
+		Init()
+	}
+	os.Exit(m.Run())
+}
+
+// testPolicy is the default policy with a shorter timeout, so a test that
+// goes wrong fails instead of hanging.
+func testPolicy() policy.Policy {
+	p := policy.Default()
+	p.Timeout = 30 * time.Second
+	return p
+}
+
+type outcome struct {
+	*Result
+	stdout, stderr string
+}
+
+// runIn runs argv under p and checks that nothing of the sandbox remains.
+func runIn(t *testing.T, p policy.Policy, argv ...string) outcome {
+	t.Helper()
+	airlocktest.RequiresRoot(t)
+	var stdout, stderr bytes.Buffer
+	res, err := Run(t.Context(), &Spec{Policy: p, Argv: argv, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run(%q): %v", argv, err)
+	}
+	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+	return outcome{res, stdout.String(), stderr.String()}
+}
+
+func python(t *testing.T, p policy.Policy, code string) outcome {
+	t.Helper()
+	return runIn(t, p, "/usr/bin/python3", "-c", code)
+}
+
+func sh(t *testing.T, p policy.Policy, script string) outcome {
+	t.Helper()
+	return runIn(t, p, "/bin/bash", "-c", script)
+}
+
+func (o outcome) mustSucceed(t *testing.T) outcome {
+	t.Helper()
+	if o.ExitCode != 0 || o.Signal != "" {
+		t.Fatalf("exit %d signal %q; stdout %q stderr %q", o.ExitCode, o.Signal, o.stdout, o.stderr)
+	}
+	return o
+}
+
+func statusFields(t *testing.T, status string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, line := range strings.Split(status, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+func TestIdentityAndPrivileges(t *testing.T) {
+	o := sh(t, testPolicy(), "cat /proc/self/status; echo; id -un; pwd; echo $HOME; hostname").mustSucceed(t)
+	st := statusFields(t, o.stdout)
+	for key, want := range map[string]string{
+		"Uid":        "1000\t1000\t1000\t1000",
+		"Gid":        "1000\t1000\t1000\t1000",
+		"CapInh":     "0000000000000000",
+		"CapPrm":     "0000000000000000",
+		"CapEff":     "0000000000000000",
+		"CapBnd":     "0000000000000000",
+		"CapAmb":     "0000000000000000",
+		"NoNewPrivs": "1",
+		"Seccomp":    "2",
+	} {
+		if st[key] != want {
+			t.Errorf("%s = %q, want %q", key, st[key], want)
+		}
+	}
+	if !strings.Contains(o.stdout, "\nuser\n/home/user\n/home/user\nsandbox\n") {
+		t.Errorf("user/cwd/HOME/hostname: got %q", o.stdout)
+	}
+}
+
+// TestNamespaces compares each namespace of the sandbox with the host's.
+func TestNamespaces(t *testing.T) {
+	o := sh(t, testPolicy(), "for n in user mnt pid net ipc uts cgroup; do echo $n $(readlink /proc/self/ns/$n); done; exec python3 -c 'import os; print(\"pids=\" + \",\".join(sorted(p for p in os.listdir(\"/proc\") if p.isdigit())))'").mustSucceed(t)
+	for _, line := range strings.Split(strings.TrimSpace(o.stdout), "\n") {
+		name, inside, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "pids=") {
+			continue
+		}
+		host, err := os.Readlink("/proc/self/ns/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inside == host {
+			t.Errorf("%s namespace is the host's (%s)", name, host)
+		}
+	}
+	// init (pid 1) and the command (bash's subshells took the pids in
+	// between): no host process is visible.
+	if !strings.Contains(o.stdout, "pids=1,6\n") {
+		t.Errorf("the sandbox sees other processes: %q", o.stdout)
+	}
+}
+
+// TestHostView checks from outside what the sandbox runs as: an
+// unprivileged host uid, never root, and inside its cgroups.
+func TestHostView(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	done := make(chan outcome, 1)
+	go func() { done <- sh(t, testPolicy(), "sleep 30 & wait") }()
+	// Wait for the sleep itself: before its exec, init's threads are
+	// still moving into place.
+	var pids []int
+	for deadline := time.Now().Add(10 * time.Second); len(pids) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		for _, pid := range airlocktest.ProcsOfUID(HostUserUID) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) == "sleep\n" {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatal("no process of the sandbox user seen from the host")
+	}
+	for _, pid := range pids {
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		st := statusFields(t, string(status))
+		want := strconv.Itoa(HostUserUID)
+		if f := strings.Fields(st["Uid"]); len(f) != 4 || f[0] != want || f[1] != want || f[2] != want || f[3] != want {
+			t.Errorf("pid %d host uids %q, want all %s", pid, st["Uid"], want)
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		for _, c := range cgroupV1Controllers {
+			if !unifiedHierarchy() && !strings.Contains(string(cg), ":"+c+":/"+cgroupPrefix) {
+				t.Errorf("pid %d is not in a sandbox %s cgroup:\n%s", pid, c, cg)
+			}
+		}
+		_ = killPid(pid)
+	}
+	<-done
+}
+
+func killPid(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}
+
+func TestRootFileSystem(t *testing.T) {
+	p := testPolicy()
+	o := sh(t, p, `
+ls -A /; echo ---
+ls /etc | tr '\n' ' '; echo; echo ---
+for f in /root /work /var /home/user/../../run /etc/shadow /boot /sys; do [ -e $f ] && echo "visible $f"; done
+touch /usr/x 2>/dev/null && echo "wrote /usr"
+echo x >> /etc/passwd 2>/dev/null && echo "wrote /etc/passwd"
+touch /x 2>/dev/null && echo "wrote /"
+touch /tmp/ok /home/user/ok /dev/shm/ok && echo "writable places ok"
+echo hidden > /proc/self/comm 2>/dev/null && echo "landlock missing: wrote /proc/self/comm"
+ls /dev | tr '\n' ' '; echo
+cat /etc/resolv.conf /etc/hosts
+`).mustSucceed(t)
+	sections := strings.Split(o.stdout, "---\n")
+	if got := strings.Fields(sections[0]); strings.Join(got, " ") != ".airlock bin dev etc home lib lib64 proc sbin tmp usr" {
+		t.Errorf("root contains %v", got)
+	}
+	for _, bad := range []string{"visible", "wrote", "landlock missing"} {
+		if strings.Contains(o.stdout, bad) {
+			t.Errorf("%s:\n%s", bad, o.stdout)
+		}
+	}
+	if !strings.Contains(o.stdout, "writable places ok") {
+		t.Errorf("/tmp, /home/user or /dev/shm not writable: %s %s", o.stdout, o.stderr)
+	}
+	if strings.Contains(sections[1], "shadow") || !strings.Contains(sections[1], "passwd") {
+		t.Errorf("/etc holds %s", sections[1])
+	}
+}
+
+func TestPythonScientificStack(t *testing.T) {
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/matplotlib"); err != nil {
+		t.Skip("python3-matplotlib not installed (make test installs it)")
+	}
+	o := python(t, testPolicy(), `
+import numpy, pandas, matplotlib.pyplot as plt, ssl, os
+print(numpy.arange(5).sum())
+print(pandas.DataFrame({"a": [1, 2]}).a.sum())
+plt.plot([1, 2, 3]); plt.savefig("/tmp/p.png")
+print(os.path.getsize("/tmp/p.png") > 1000)
+print(ssl.create_default_context().cert_store_stats()["x509_ca"] > 0)
+`).mustSucceed(t)
+	if o.stdout != "10\n3\nTrue\nTrue\n" {
+		t.Errorf("got %q, stderr %q", o.stdout, o.stderr)
+	}
+}
+
+func TestNetworkIsLoopbackOnly(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	// A listener on the host's loopback: the sandbox must not reach it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	o := python(t, testPolicy(), fmt.Sprintf(`
+import socket, os
+try:
+    socket.create_connection(("127.0.0.1", %d), timeout=2)
+    print("reached host")
+except OSError as e:
+    print("refused", e.errno)
+# the sandbox's own loopback works
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+c = socket.create_connection(s.getsockname()); print("own loopback ok")
+print(sorted(os.listdir("/sys/class/net")) if os.path.exists("/sys/class/net") else "no sysfs")
+print(open("/proc/net/route").read().count("\n"))
+`, port)).mustSucceed(t)
+	if !strings.Contains(o.stdout, "refused") || !strings.Contains(o.stdout, "own loopback ok") {
+		t.Errorf("got %q %q", o.stdout, o.stderr)
+	}
+	if !strings.HasSuffix(o.stdout, "\n1\n") { // header line only: no routes
+		t.Errorf("routing table not empty: %q", o.stdout)
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("host listener accepted %d connections from the sandbox", n)
+	}
+}
+
+// TestSeccomp calls refused syscalls through ctypes and checks the errno.
+func TestSeccomp(t *testing.T) {
+	o := python(t, testPolicy(), `
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    print(name, errno.errorcode.get(ctypes.get_errno(), "OK") if r == -1 else "OK")
+call("unshare", 272, 0x10000000)
+call("mount", 165, 0, 0, 0, 0, 0)
+call("ptrace", 101, 16, 1, 0, 0)
+call("bpf", 321, 0, 0, 0)
+call("perf_event_open", 298, 0, 0, -1, -1, 0)
+call("keyctl", 250, 0, 0, 0, 0, 0)
+call("add_key", 248, 0, 0, 0, 0, 0)
+call("userfaultfd", 323, 0)
+call("io_uring_setup", 425, 1, 0)
+call("setns", 308, 0, 0)
+call("open_by_handle_at", 304, 0, 0, 0)
+call("kexec_load", 246, 0, 0, 0, 0)
+call("init_module", 175, 0, 0, 0)
+call("reboot", 169, 0, 0, 0, 0)
+call("swapon", 167, 0, 0)
+call("iopl", 172, 3)
+call("clone_newuser", 56, 0x10000000 | 17, 0, 0, 0, 0)
+call("clone3", 435, 0, 0)
+call("x32_getpid", 0x40000000 | 39)
+import fcntl, termios
+m, s = os.openpty()
+try:
+    fcntl.ioctl(s, termios.TIOCSTI, b"x"); print("TIOCSTI OK")
+except OSError as e:
+    print("TIOCSTI", errno.errorcode[e.errno])
+call("getpid", 39)
+`).mustSucceed(t)
+	want := map[string]string{"clone3": "ENOSYS", "getpid": "OK"}
+	for _, line := range strings.Split(strings.TrimSpace(o.stdout), "\n") {
+		name, got, _ := strings.Cut(line, " ")
+		w, ok := want[name]
+		if !ok {
+			w = "EPERM"
+		}
+		if got != w {
+			t.Errorf("%s: got %s, want %s", name, got, w)
+		}
+	}
+}
+
+// TestSeccompKillsI386ABI runs int 0x80 (the 32-bit syscall ABI) from
+// machine code: the filter must kill the process.
+func TestSeccompKillsI386ABI(t *testing.T) {
+	o := python(t, testPolicy(), `
+import ctypes, mmap
+code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])  # mov eax, 20 (getpid); int 0x80; ret
+buf = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(code)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+print("calling", flush=True)
+ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
+print("survived")
+`)
+	if o.Signal != "SIGSYS" || strings.Contains(o.stdout, "survived") {
+		t.Errorf("i386 syscall: signal %q stdout %q stderr %q, want SIGSYS", o.Signal, o.stdout, o.stderr)
+	}
+}
+
+func TestMemoryLimitOOM(t *testing.T) {
+	p := testPolicy()
+	p.MemoryBytes = 64 << 20
+	o := python(t, p, "x = bytearray(256 << 20); print('allocated')")
+	if !o.OOMKilled || o.Signal != "SIGKILL" || strings.Contains(o.stdout, "allocated") {
+		t.Errorf("oom_killed %v signal %q stdout %q", o.OOMKilled, o.Signal, o.stdout)
+	}
+	if o.MaxMemoryBytes < 32<<20 || o.MaxMemoryBytes > 64<<20 {
+		t.Errorf("max memory %d, want near the 64 MiB limit", o.MaxMemoryBytes)
+	}
+	// Within the limit nothing is reported.
+	o = python(t, p, "x = bytearray(16 << 20); print('allocated')").mustSucceed(t)
+	if o.OOMKilled {
+		t.Error("oom_killed reported for a run within its limit")
+	}
+}
+
+func TestForkBombContained(t *testing.T) {
+	p := testPolicy()
+	p.Pids = 32
+	p.Timeout = 3 * time.Second
+	// The host must keep forking while the bomb runs.
+	stop := make(chan struct{})
+	hostForks := make(chan error, 1)
+	go func() {
+		var err error
+		for {
+			select {
+			case <-stop:
+				hostForks <- err
+				return
+			default:
+			}
+			if e := exec.Command("/bin/true").Run(); e != nil {
+				err = e
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	o := sh(t, p, `bomb() { bomb | bomb & }; bomb; sleep 10`)
+	close(stop)
+	if err := <-hostForks; err != nil {
+		t.Errorf("host could not fork during the bomb: %v", err)
+	}
+	if !o.TimedOut {
+		t.Errorf("fork bomb run ended without the timeout: exit %d signal %q", o.ExitCode, o.Signal)
+	}
+}
+
+func TestTimeoutKillsEverything(t *testing.T) {
+	p := testPolicy()
+	p.Timeout = time.Second
+	marker := strconv.Itoa(900000 + os.Getpid()%99999)
+	o := sh(t, p, `trap '' TERM; setsid sleep `+marker+` & (sleep `+marker+` &) ; sleep `+marker)
+	if !o.TimedOut || o.Signal != "SIGKILL" {
+		t.Errorf("timed_out %v signal %q, want a timeout kill", o.TimedOut, o.Signal)
+	}
+	assertNoProcessWith(t, "sleep\x00"+marker)
+}
+
+// TestDaemonDiesWithMain: when the main process exits, a daemonized
+// grandchild must not survive it.
+func TestDaemonDiesWithMain(t *testing.T) {
+	marker := strconv.Itoa(800000 + os.Getpid()%99999)
+	o := sh(t, testPolicy(), `(setsid nohup sleep `+marker+` >/dev/null 2>&1 &); echo started`).mustSucceed(t)
+	if o.stdout != "started\n" {
+		t.Errorf("stdout %q", o.stdout)
+	}
+	assertNoProcessWith(t, "sleep\x00"+marker)
+}
+
+func assertNoProcessWith(t *testing.T, cmdline string) {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(data), cmdline) {
+			t.Errorf("process %s (%q) survived its sandbox", e.Name(), data)
+		}
+	}
+}
+
+func TestOutputTruncated(t *testing.T) {
+	p := testPolicy()
+	p.OutputLimit = 1000
+	o := sh(t, p, `head -c 5000000 /dev/zero | tr '\0' a; head -c 3000 /dev/zero | tr '\0' b >&2; echo done >&2`)
+	if o.ExitCode != 0 {
+		t.Fatalf("exit %d", o.ExitCode)
+	}
+	if len(o.stdout) != 1000 || !o.StdoutTruncated {
+		t.Errorf("stdout %d bytes truncated=%v, want 1000 and true", len(o.stdout), o.StdoutTruncated)
+	}
+	if len(o.stderr) != 1000 || !o.StderrTruncated {
+		t.Errorf("stderr %d bytes truncated=%v", len(o.stderr), o.StderrTruncated)
+	}
+	o = sh(t, p, "echo small").mustSucceed(t)
+	if o.StdoutTruncated || o.stdout != "small\n" {
+		t.Errorf("small output: %q truncated=%v", o.stdout, o.StdoutTruncated)
+	}
+}
+
+func TestDiskLimit(t *testing.T) {
+	p := testPolicy()
+	p.DiskBytes = 8 << 20
+	o := sh(t, p, `dd if=/dev/zero of=/tmp/a bs=1M count=6 2>/dev/null; dd if=/dev/zero of=/home/user/b bs=1M count=6 2>&1 | head -1; echo $(( $(stat -c %s /tmp/a) + $(stat -c %s /home/user/b) ))`)
+	lines := strings.Split(strings.TrimSpace(o.stdout), "\n")
+	total, _ := strconv.Atoi(lines[len(lines)-1])
+	if total > 8<<20 || total < 4<<20 {
+		t.Errorf("wrote %d bytes across /tmp and /home/user, want at most the 8 MiB limit (output %q)", total, o.stdout)
+	}
+	if !strings.Contains(o.stdout+o.stderr, "No space left") && !strings.Contains(o.stdout+o.stderr, "File too large") {
+		t.Errorf("no ENOSPC reported: %q %q", o.stdout, o.stderr)
+	}
+}
+
+func TestMountsEnvWorkdir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil { // the sandbox user is "other" on the host
+		t.Fatal(err)
+	}
+	ro := filepath.Join(dir, "ro")
+	rw := filepath.Join(dir, "rw")
+	for _, d := range []string{ro, rw} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ro, "in.txt"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy()
+	p.Mounts = []policy.Mount{{Source: ro, Target: "/data", ReadOnly: true}, {Source: rw, Target: "/out"}}
+	p.Env = []string{"GREETING=hello world", "HOME=/tmp"}
+	p.Workdir = "/data"
+	o := sh(t, p, `cat in.txt; echo; echo "$GREETING $HOME $PWD"; touch /data/x 2>/dev/null && echo "wrote ro"; echo result > /out/r.txt`).mustSucceed(t)
+	if o.stdout != "data\nhello world /tmp /data\n" {
+		t.Errorf("got %q (stderr %q)", o.stdout, o.stderr)
+	}
+	if got, _ := os.ReadFile(filepath.Join(rw, "r.txt")); string(got) != "result\n" {
+		t.Errorf("rw mount: host sees %q", got)
+	}
+}
+
+func TestExitCodesAndSignals(t *testing.T) {
+	if o := sh(t, testPolicy(), "exit 3"); o.ExitCode != 3 || o.Signal != "" {
+		t.Errorf("exit 3: got %d %q", o.ExitCode, o.Signal)
+	}
+	if o := sh(t, testPolicy(), "kill -SEGV $$"); o.Signal != "SIGSEGV" || o.TimedOut || o.OOMKilled {
+		t.Errorf("SIGSEGV: got %+v", o.Result)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	var stdout bytes.Buffer
+	res, err := Run(t.Context(), &Spec{
+		Policy: testPolicy(),
+		Argv:   []string{"/usr/bin/python3", CodePath("echo.py")},
+		Files:  []File{{Name: "echo.py", Data: []byte("print(input().upper())")}},
+		Stdin:  strings.NewReader("hello\n"),
+		Stdout: &stdout,
+	})
+	if err != nil || res.ExitCode != 0 || stdout.String() != "HELLO\n" {
+		t.Errorf("got %q, %+v, %v", stdout.String(), res, err)
+	}
+}
+
+func TestSetupFailureIsAnError(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	_, err := Run(t.Context(), &Spec{Policy: testPolicy(), Argv: []string{"no-such-command"}})
+	if err == nil || !strings.Contains(err.Error(), `"no-such-command" not found`) {
+		t.Errorf("got %v, want a setup error naming the command", err)
+	}
+	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+}
+
+func TestContextCancelKills(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Run(ctx, &Spec{Policy: testPolicy(), Argv: []string{"/bin/sleep", "60"}})
+	if err != context.DeadlineExceeded {
+		t.Errorf("got %v, want context.DeadlineExceeded", err)
+	}
+	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+}
+
+// TestCleanupAfterCrash kills the airlock process (here a child process
+// running this test binary's helper) with SIGKILL mid-run and checks that
+// the sandbox dies with it and that Cleanup removes the rest.
+func TestCleanupAfterCrash(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLongRun$")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HELPER=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.ProcsOfUID(HostUserUID)) == 0; {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("helper's sandbox never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// The parent-death signal takes the sandbox down.
+	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.ProcsOfUID(HostUserUID)) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox processes outlived their airlock: %v", airlocktest.ProcsOfUID(HostUserUID))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(airlocktest.Cgroups()) == 0 {
+		t.Fatal("expected the killed run's cgroups to remain until cleanup")
+	}
+	if err := Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+}
+
+// TestHelperLongRun is not a test: TestCleanupAfterCrash runs it in a child.
+func TestHelperLongRun(t *testing.T) {
+	if os.Getenv("AIRLOCK_HELPER") == "" {
+		t.Skip("helper for TestCleanupAfterCrash")
+	}
+	Run(context.Background(), &Spec{Policy: testPolicy(), Argv: []string{"/bin/sleep", "60"}})
+}
+
+func TestInvalidUTF8Output(t *testing.T) {
+	o := sh(t, testPolicy(), `printf 'ok \xff\xfe end'`).mustSucceed(t)
+	if _, err := json.Marshal(o.stdout); err != nil || !strings.HasPrefix(o.stdout, "ok ") {
+		t.Errorf("stdout %q: %v", o.stdout, err)
+	}
+}
