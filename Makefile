@@ -1,0 +1,43 @@
+# Airlock. `make test` installs what the tests need and runs them all (as
+# root for the sandbox tests); `make run` builds airlock and runs one
+# sandboxed command.
+SHELL := /bin/bash
+GO ?= go
+# Static: the same binary runs as the sandbox's init and, later, its agent.
+export CGO_ENABLED := 0
+BIN := bin/airlock
+
+# Debian packages the default sandbox template is expected to provide.
+APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib
+
+.PHONY: all build deps test run bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
+
+# Installs only what is missing; needs root and Debian's apt.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: deps build
+	$(GO) vet ./...
+	$(GO) test -count=1 -p 1 ./...
+
+run: deps build
+	$(BIN) run -- /usr/bin/python3 -c 'import platform; print("hello from", platform.node())'
+
+bench: deps build
+	$(BIN) bench -n 50
+
+fuzz:
+	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy
+	$(GO) test -run=^$$ -fuzz=FuzzParseMount -fuzztime=30s ./internal/policy
+
+clean:
+	rm -rf bin

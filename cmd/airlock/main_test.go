@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+)
+
+// airlockBin is the binary under test, built once by TestMain into a
+// directory anyone may enter, so that the non-root test can run it too.
+var airlockBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "airlock-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	os.Chmod(dir, 0o755)
+	airlockBin = filepath.Join(dir, "airlock")
+	build := exec.Command("go", "build", "-o", airlockBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		panic("build airlock: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+	maxRSSKiB      int64
+}
+
+func airlock(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(airlockBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin = strings.NewReader(stdin)
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatalf("airlock %q: %v", args, err)
+	}
+	return cliResult{
+		code:      cmd.ProcessState.ExitCode(),
+		stdout:    stdout.String(),
+		stderr:    stderr.String(),
+		maxRSSKiB: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss,
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	airlocktest.RequiresRoot(t) // as root, so that nothing is refused for privileges
+	dir := t.TempDir()
+	txt := filepath.Join(dir, "notes.txt")
+	os.WriteFile(txt, []byte("x"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"run", "--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
+		{[]string{"run", "--memory", "0", "--", "true"}, "memory limit 0 is below the minimum"},
+		{[]string{"run", "--memory", "12Q", "--", "true"}, `size "12Q" is not a number`},
+		{[]string{"run", "--cpus", "-1", "--", "true"}, "cpus must be greater than 0"},
+		{[]string{"run", "--pids", "0", "--", "true"}, "pids limit must be at least 1"},
+		{[]string{"run", "--timeout", "-1s", "--", "true"}, "timeout must be positive"},
+		{[]string{"run", "--file", filepath.Join(dir, "missing.py")}, "cannot read"},
+		{[]string{"run", "--file", txt}, "cannot tell the language of notes.txt"},
+		{[]string{"run", "--lang", "cobol", "--code", "x"}, `unknown language "cobol"`},
+		{[]string{"run", "--mount", "/nonexistent-airlock-src:/data", "--", "true"}, "mount source /nonexistent-airlock-src does not exist"},
+		{[]string{"run", "--mount", dir + ":/proc", "--", "true"}, "is reserved by the sandbox"},
+		{[]string{"run", "--mount", "nocolon", "--", "true"}, "is not SRC:DST"},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "is not KEY=VALUE"},
+		{[]string{"run"}, "nothing to run"},
+		{[]string{"run", "--code", "print(1)", "--", "true"}, "not both"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := airlock(t, "", tc.args...)
+			if r.code != 2 {
+				t.Errorf("exit code %d, want 2 (stderr %q)", r.code, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "airlock: ") || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("stderr %q, want one line containing %q", r.stderr, tc.want)
+			}
+			if strings.Contains(r.stderr, "/run/airlock") || strings.Contains(r.stderr, "/sys/fs") {
+				t.Errorf("error leaks internals: %q", r.stderr)
+			}
+			airlocktest.CheckNoLeftovers(t, namespaces.StateDir)
+		})
+	}
+}
+
+func TestNotRoot(t *testing.T) {
+	airlocktest.RequiresRoot(t) // to switch to an unprivileged user
+	cmd := exec.Command(airlockBin, "run", "--", "/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "needs root") {
+		t.Errorf("as nobody: exit %d, output %q; want 2 and a message that root is needed", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+func TestStreamingAndExitCode(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r := airlock(t, "", "run", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 7")
+	if r.code != 7 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Errorf("got exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = airlock(t, "", "run", "--", "/bin/bash", "-c", "kill -TERM $$")
+	if r.code != 128+15 || !strings.Contains(r.stderr, "signal SIGTERM") {
+		t.Errorf("SIGTERM: exit %d stderr %q, want 143", r.code, r.stderr)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r := airlock(t, "", "run", "--json", "--", "/bin/bash", "-c", `printf 'a\xffb'; echo e >&2; exit 3`)
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("not JSON: %v: %q", err, r.stdout)
+	}
+	for _, key := range []string{"stdout", "stderr", "exit_code", "signal", "timed_out", "oom_killed",
+		"stdout_truncated", "stderr_truncated", "duration_ms", "cpu_ms", "max_memory_bytes"} {
+		if _, ok := got[key]; !ok {
+			t.Errorf("key %q missing from %s", key, r.stdout)
+		}
+	}
+	if got["stdout"] != "a\ufffdb" || got["stderr"] != "e\n" || got["exit_code"] != 3.0 || got["signal"] != nil {
+		t.Errorf("got %s", r.stdout)
+	}
+	if r.code != 3 {
+		t.Errorf("exit code %d, want the program's 3", r.code)
+	}
+}
+
+func TestTimeoutAndOOMExitCodes(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r := airlock(t, "", "run", "--timeout", "1s", "--", "/bin/sleep", "60")
+	if r.code != 124 || r.stderr != "airlock: killed: wall timeout 1s\n" {
+		t.Errorf("timeout: exit %d stderr %q", r.code, r.stderr)
+	}
+	r = airlock(t, "", "run", "--memory", "64M", "--json", "--", "/usr/bin/python3", "-c", "b = bytearray(512 << 20)")
+	if r.code != 137 || !strings.Contains(r.stdout, `"oom_killed":true`) {
+		t.Errorf("oom: exit %d stdout %q", r.code, r.stdout)
+	}
+}
+
+func TestCodeFilesAndStdin(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	dir := t.TempDir()
+	echo := filepath.Join(dir, "echo.py")
+	os.WriteFile(echo, []byte("print(input()[::-1])\n"), 0o600)
+	script := filepath.Join(dir, "hi.sh")
+	os.WriteFile(script, []byte("echo \"bash $BASH_VERSINFO in $PWD as $(id -un) with $GREETING\"\n"), 0o600)
+
+	if r := airlock(t, "stressed\n", "run", "--stdin", "--file", echo); r.code != 0 || r.stdout != "desserts\n" {
+		t.Errorf("--stdin --file echo.py: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := airlock(t, "", "run", "--env", "GREETING=hi", "--workdir", "/tmp", "--file", script); r.code != 0 ||
+		!strings.HasSuffix(r.stdout, " in /tmp as user with hi\n") {
+		t.Errorf("--file hi.sh: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := airlock(t, "", "run", "--lang", "python", "--code", "import numpy; print(numpy.arange(5))"); r.code != 0 || r.stdout != "[0 1 2 3 4]\n" {
+		t.Errorf("--code numpy: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := airlock(t, "", "run", "--code", "1/0"); r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError") {
+		t.Errorf("--code 1/0: exit %d %q", r.code, r.stderr)
+	}
+	// Without --stdin the program reads end of file.
+	if r := airlock(t, "ignored\n", "run", "--file", echo); r.code != 1 || !strings.Contains(r.stderr, "EOFError") {
+		t.Errorf("no --stdin: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// TestOutputFloodKeepsAirlockSmall: output beyond the limit is dropped as
+// it arrives, so airlock's own memory stays flat whatever the sandbox prints.
+func TestOutputFloodKeepsAirlockSmall(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r := airlock(t, "", "run", "--json", "--output-limit", "1M", "--", "/bin/sh", "-c", "head -c 300000000 /dev/zero")
+	var got struct {
+		Stdout    string `json:"stdout"`
+		Truncated bool   `json:"stdout_truncated"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Stdout) != 1<<20 || !got.Truncated {
+		t.Errorf("kept %d bytes, truncated=%v; want 1 MiB and true", len(got.Stdout), got.Truncated)
+	}
+	if r.maxRSSKiB > 64<<10 {
+		t.Errorf("airlock's max RSS was %d KiB for 300 MB of output, want it bounded (< 64 MiB)", r.maxRSSKiB)
+	}
+	r = airlock(t, "", "run", "--output-limit", "1K", "--", "/bin/sh", "-c", "head -c 100000 /dev/zero")
+	if len(r.stdout) != 1024 || !strings.Contains(r.stderr, "output truncated at 1K") {
+		t.Errorf("streaming: %d bytes, stderr %q", len(r.stdout), r.stderr)
+	}
+}
