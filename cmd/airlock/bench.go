@@ -29,44 +29,52 @@ func benchCmd(args []string) error {
 		return err
 	}
 	code := "print(1)"
-	bare := []string{*python, "-c", code}
-	sandboxed := []string{self, "run", "--", *python, "-c", code}
-	// One untimed round of each warms the page cache.
-	for _, argv := range [][]string{bare, sandboxed} {
-		if err := timeRun(argv, nil); err != nil {
-			return err
+	cases := []struct {
+		name string
+		argv []string
+	}{
+		{"bare python", []string{*python, "-c", code}},
+		{"airlock run python", []string{self, "run", "--", *python, "-c", code}},
+		// The parts of the cost: a sandbox around a program that does
+		// nothing, and the airlock process alone (Go's start and exit).
+		{"airlock run /bin/true", []string{self, "run", "--", "/bin/true"}},
+		{"bare /bin/true", []string{"/bin/true"}},
+		{"airlock version", []string{self, "version"}},
+	}
+	times := make([][]time.Duration, len(cases))
+	// One untimed round warms the page cache; then the cases take turns,
+	// so that each sees the same machine conditions.
+	for round := -1; round < *n; round++ {
+		for i, c := range cases {
+			d, err := timeRun(c.argv)
+			if err != nil {
+				return err
+			}
+			if round >= 0 {
+				times[i] = append(times[i], d)
+			}
 		}
 	}
-	var tBare, tBox, ratios []time.Duration
-	for range *n {
-		if err := timeRun(bare, &tBare); err != nil {
-			return err
-		}
-		if err := timeRun(sandboxed, &tBox); err != nil {
-			return err
-		}
-		ratios = append(ratios, tBox[len(tBox)-1]*1000/tBare[len(tBare)-1])
+	fmt.Printf("%d rounds, the cases run in turn; medians and 90th percentiles\n", *n)
+	for i, c := range cases {
+		fmt.Printf("  %-24s %7.2f ms  p90 %7.2f ms\n", c.name, ms(median(times[i])), ms(pct(times[i], 90)))
 	}
-	fmt.Printf("%s -c %q, %d pairs, run alternately\n", *python, code, *n)
-	fmt.Printf("  bare         median %6.2f ms  p90 %6.2f ms\n", ms(median(tBare)), ms(pct(tBare, 90)))
-	fmt.Printf("  airlock run  median %6.2f ms  p90 %6.2f ms\n", ms(median(tBox)), ms(pct(tBox, 90)))
-	fmt.Printf("  ratio of medians %.2fx, median of pair ratios %.2fx\n",
-		float64(median(tBox))/float64(median(tBare)), float64(median(ratios))/1000)
+	ratio := float64(median(times[1])) / float64(median(times[0]))
+	fixed := median(times[2]) - median(times[3])
+	fmt.Printf("airlock run python / bare python: %.2fx (a sandbox adds %.2f ms, of which %.2f ms is the airlock process itself)\n",
+		ratio, ms(fixed), ms(median(times[4])))
 	return nil
 }
 
-func timeRun(argv []string, into *[]time.Duration) error {
+func timeRun(argv []string) (time.Duration, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
-		return fmt.Errorf("bench: %q failed: %v: %s", argv, err, out)
+		return 0, fmt.Errorf("bench: %q failed: %v: %s", argv, err, out)
 	}
-	if into != nil {
-		*into = append(*into, d)
-	}
-	return nil
+	return d, nil
 }
 
 func median(d []time.Duration) time.Duration { return pct(d, 50) }

@@ -272,4 +272,3 @@ func exitStatus(res *namespaces.Result, p *policy.Policy) (int, string) {
 	}
 	return res.ExitCode, ""
 }
-

@@ -295,27 +295,3 @@ func loadCgroup(id string) cgroup {
 	}
 	return cgroupV1{name: cgroupPrefix + id}
 }
-
-// leftoverCgroupIDs lists sandbox ids that have a cgroup on this host.
-func leftoverCgroupIDs() []string {
-	dirs := []string{cgroupRoot}
-	if !unifiedHierarchy() {
-		dirs = nil
-		for _, c := range cgroupV1Controllers {
-			dirs = append(dirs, filepath.Join(cgroupRoot, c))
-		}
-	}
-	seen := map[string]bool{}
-	var ids []string
-	for _, d := range dirs {
-		entries, _ := os.ReadDir(d)
-		for _, e := range entries {
-			id, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
-			if ok && e.IsDir() && !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
-}

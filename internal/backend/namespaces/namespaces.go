@@ -27,10 +27,10 @@ import (
 type Spec struct {
 	Policy policy.Policy
 	Argv   []string
-	Files  []File     // written read-only into /.airlock before the command starts
-	Stdin  io.Reader  // nil: /dev/null
-	Stdout io.Writer  // receives at most Policy.OutputLimit bytes
-	Stderr io.Writer  // likewise
+	Files  []File    // written read-only into /.airlock before the command starts
+	Stdin  io.Reader // nil: /dev/null
+	Stdout io.Writer // receives at most Policy.OutputLimit bytes
+	Stderr io.Writer // likewise
 }
 
 // Result is what happened to the command. A non-zero exit, a signal, a

@@ -51,15 +51,20 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	for _, name := range hostRootLinks {
 		r.mirror("/"+name, name)
 	}
+	// /etc is a tmpfs of its own, so that one recursive mount_setattr at
+	// the end makes it and every entry bound into it read-only (one call
+	// instead of one per entry: this is on every sandbox's start).
 	r.mkdir("etc", 0o755)
+	r.mount("airlock-etc", "etc", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755")
 	for _, name := range hostEtc {
-		if _, err := os.Lstat("/etc/" + name); err == nil {
-			r.bind("/etc/"+name, "etc/"+name, true)
+		if fi, err := os.Lstat("/etc/" + name); err == nil {
+			r.bindEntry("/etc/"+name, "etc/"+name, fi)
 		}
 	}
 	for name, content := range generatedEtc(c.Hostname) {
 		r.write("etc/"+name, content, 0o644)
 	}
+	r.setattr("etc", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	r.mkdir("proc", 0o555)
 	r.mount("proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 	r.buildDev()
@@ -182,6 +187,48 @@ func (r *rootBuilder) mirror(host, rel string) {
 	case fi.IsDir():
 		r.mkdir(rel, 0o755)
 		r.bind(host, rel, true)
+	}
+}
+
+// bindEntry binds host path src (whose Lstat is fi) at rel without
+// setting attributes: the caller restricts the whole tree at once.
+// Symlinks are recreated rather than followed.
+func (r *rootBuilder) bindEntry(src, rel string, fi os.FileInfo) {
+	if r.err != nil {
+		return
+	}
+	dst := r.path(rel)
+	var err error
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		var target string
+		if target, err = os.Readlink(src); err == nil {
+			err = os.Symlink(target, dst)
+		}
+		if err != nil {
+			r.fail("link %s: %w", rel, err)
+		}
+		return
+	case fi.IsDir():
+		err = os.Mkdir(dst, 0o755)
+	default:
+		err = os.WriteFile(dst, nil, 0o644)
+	}
+	if err == nil {
+		err = unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, "")
+	}
+	if err != nil {
+		r.fail("bind %s: %w", src, err)
+	}
+}
+
+// setattr sets attributes on the mount at rel and every mount below it.
+func (r *rootBuilder) setattr(rel string, attrs uint64) {
+	if r.err == nil {
+		attr := unix.MountAttr{Attr_set: attrs}
+		if err := unix.MountSetattr(unix.AT_FDCWD, r.path(rel), unix.AT_RECURSIVE, &attr); err != nil {
+			r.fail("restrict %s: %w", rel, err)
+		}
 	}
 }
 

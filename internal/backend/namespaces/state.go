@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,50 +57,45 @@ func (l *runLock) release() {
 }
 
 // Cleanup removes what sandboxes of earlier, killed airlock processes left
-// behind: their processes, cgroups and lock files. Live sandboxes, whose
-// owners still hold their locks, are not touched.
+// behind: their processes, cgroups and lock files. A sandbox's lock file
+// exists before its cgroup and is removed after it, so every leftover
+// cgroup has a lock file that nobody holds; live sandboxes, whose owners
+// hold their locks, are not touched.
 func Cleanup() error {
 	if os.Geteuid() != 0 {
 		return nil // nothing of ours can exist without root
 	}
-	var errs []error
-	for _, id := range leftoverCgroupIDs() {
-		p := filepath.Join(StateDir, "runs", id)
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
-		if err == nil {
-			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-				f.Close() // held: a live sandbox
-				continue
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		// Owner is gone, or the lock file was never written (the cgroup is
-		// created after it, so a missing file means a crashed cleanup).
-		cg := loadCgroup(id)
-		if err := cg.kill(); err != nil {
-			errs = append(errs, fmt.Errorf("kill leftover sandbox %s: %w", id, err))
-		} else if err := cg.destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("remove leftover cgroup %s: %w", id, err))
-		}
-		os.Remove(p)
-		if f != nil {
-			f.Close()
-		}
+	dir := filepath.Join(StateDir, "runs")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // no state directory: nothing ever ran
 	}
-	// Any other lock file that can be taken is a dead owner's; its cgroup,
-	// if it had one, was handled above.
-	entries, _ := os.ReadDir(filepath.Join(StateDir, "runs"))
+	var errs []error
 	for _, e := range entries {
-		p := filepath.Join(StateDir, "runs", e.Name())
+		p := filepath.Join(dir, e.Name())
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if err != nil {
+			continue // removed by its owner meanwhile
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			f.Close() // held: a live sandbox
 			continue
 		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			os.Remove(p)
+		// A temporary name (".new-…") never had a cgroup.
+		if !strings.HasPrefix(e.Name(), ".") {
+			cg := loadCgroup(e.Name())
+			if err := cg.kill(); err != nil {
+				errs = append(errs, fmt.Errorf("kill leftover sandbox %s: %w", e.Name(), err))
+				f.Close()
+				continue
+			}
+			if err := cg.destroy(); err != nil {
+				errs = append(errs, fmt.Errorf("remove leftover cgroup %s: %w", e.Name(), err))
+				f.Close()
+				continue
+			}
 		}
+		os.Remove(p)
 		f.Close()
 	}
 	return errors.Join(errs...)
