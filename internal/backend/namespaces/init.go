@@ -63,8 +63,10 @@ type initConfig struct {
 	Mounts    []policy.Mount
 	Files     []File
 	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
-	// host, follow firstCgroupFD.
-	CgroupFiles int
+	// host, follow firstExtraFD; the mount trees come next, one per
+	// Mounts entry, and then CommandFiles files for the command.
+	CgroupFiles  int
+	CommandFiles int
 }
 
 // File is a file that the host writes into the sandbox's codeDir.
@@ -157,7 +159,11 @@ func setup() (int, error) {
 	if err := installSeccomp(); err != nil {
 		return 0, err
 	}
-	pid, err := syscall.ForkExec(argv0, c.Argv, &syscall.ProcAttr{Env: c.Env, Files: []uintptr{0, 1, 2}})
+	files := []uintptr{0, 1, 2}
+	for i := range c.CommandFiles {
+		files = append(files, uintptr(firstExtraFD+c.CgroupFiles+len(c.Mounts)+i))
+	}
+	pid, err := syscall.ForkExec(argv0, c.Argv, &syscall.ProcAttr{Env: c.Env, Files: files})
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)
 	}

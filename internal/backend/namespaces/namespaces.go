@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +33,11 @@ type Spec struct {
 	Stdin  io.Reader // nil: /dev/null
 	Stdout io.Writer // receives at most Policy.OutputLimit bytes
 	Stderr io.Writer // likewise
+	// ExtraFiles become the command's file descriptors 3, 4, …
+	ExtraFiles []*os.File
+	// SelfMount, when set, is where the airlock binary itself appears,
+	// read-only, inside the sandbox (to run the agent).
+	SelfMount string
 }
 
 // Result is what happened to the command. A non-zero exit, a signal, a
@@ -142,10 +149,60 @@ func Check(spec *Spec) error {
 	return nil
 }
 
-// Run executes spec in a new sandbox and destroys the sandbox before
-// returning. ctx cancellation kills the sandbox like a timeout does, but
-// is reported as ctx.Err().
+// Run executes spec in a new sandbox, under its policy's timeout, and
+// destroys the sandbox before returning. ctx cancellation kills the sandbox
+// like a timeout does, but is reported as ctx.Err().
 func Run(ctx context.Context, spec *Spec) (*Result, error) {
+	sb, err := Start(spec)
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(spec.Policy.Timeout)
+	defer timer.Stop()
+	timedOut := false
+	select {
+	case <-sb.Done():
+	case <-timer.C:
+		timedOut = true
+		sb.Kill()
+	case <-ctx.Done():
+		sb.Kill()
+		sb.Wait()
+		return nil, ctx.Err()
+	}
+	res, err := sb.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if timedOut {
+		res.TimedOut, res.OOMKilled = true, false
+	}
+	return res, nil
+}
+
+// Sandbox is a running sandbox: its init and the command init started.
+type Sandbox struct {
+	ID string
+
+	lock           *runLock
+	cg             cgroup
+	cmd            *exec.Cmd
+	stdout, stderr *capped
+	started        time.Time
+	waitErr        error                // cmd.Wait's, valid once done is closed
+	done           chan struct{}        // closed when init has exited
+	exited         chan unix.WaitStatus // the command's status, as init reported it
+
+	waitOnce sync.Once
+	result   *Result
+	err      error
+}
+
+// Start builds a sandbox for spec and starts its command. It returns once
+// the command runs, or with an error (a *SetupError when the sandbox could
+// not be built) after removing everything it created. Policy.Timeout is
+// not applied: the caller decides when the sandbox ends.
+func Start(spec *Spec) (*Sandbox, error) {
 	if err := Check(spec); err != nil {
 		return nil, err
 	}
@@ -160,34 +217,86 @@ func Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer lock.release()
 	cg, err := newCgroup(id, &spec.Policy)
 	if err != nil {
+		lock.release()
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	res, runErr := run(ctx, spec, cg)
-	// Whatever happened, nothing of the sandbox may outlive Run.
-	if err := cg.kill(); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("kill sandbox %s: %w", id, err))
+	sb := &Sandbox{ID: id, lock: lock, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
+	if err := sb.start(spec); err != nil {
+		// Nothing of a sandbox that failed to start may remain.
+		_ = cg.kill()
+		_ = cg.destroy()
+		lock.release()
+		return nil, err
 	}
-	if res != nil {
-		if st, err := cg.stats(); err == nil {
-			res.MaxMemoryBytes = st.MaxMemory
-			// An OOM kill shows as SIGKILL plus the cgroup's oom_kill
-			// counter; memory.failcnt is not reliable on v1.
-			res.OOMKilled = st.OOMKills > 0 && res.Signal == "SIGKILL" && !res.TimedOut
-		}
+	return sb, nil
+}
+
+// Done is closed when the sandbox's init has exited: the command ended or
+// the sandbox was killed.
+func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// Kill ends the sandbox: SIGKILL to its init, whose death takes every
+// other process of the pid namespace with it. It does not wait.
+func (s *Sandbox) Kill() {
+	select {
+	case <-s.done:
+	default:
+		_ = s.cmd.Process.Kill()
 	}
-	if err := cg.destroy(); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("remove cgroup of %s: %w", id, err))
+}
+
+// Wait waits for the sandbox to end, removes what is left of it (its
+// cgroups, its lock) and returns how its command ended. It may be called
+// more than once and from several goroutines.
+func (s *Sandbox) Wait() (*Result, error) {
+	s.waitOnce.Do(func() { s.result, s.err = s.finish() })
+	return s.result, s.err
+}
+
+func (s *Sandbox) finish() (*Result, error) {
+	<-s.done
+	res := &Result{Duration: time.Since(s.started)}
+	var errs []error
+	if s.waitErr != nil && !errors.As(s.waitErr, new(*exec.ExitError)) && !errors.Is(s.waitErr, exec.ErrWaitDelay) {
+		errs = append(errs, fmt.Errorf("wait: %w", s.waitErr))
 	}
-	if runErr != nil {
-		return nil, runErr
+	// The command's own status, as init reported it; if init died first
+	// (killed, OOM, the host), its death is the command's.
+	ws, ok := <-s.exited
+	if !ok {
+		ws = unix.WaitStatus(s.cmd.ProcessState.Sys().(syscall.WaitStatus))
+	}
+	res.ExitCode = ws.ExitStatus()
+	if ws.Signaled() {
+		res.Signal = unix.SignalName(ws.Signal())
+	}
+	// Init's rusage includes every descendant it or the kernel reaped,
+	// and at the end of a pid namespace that is every process in it.
+	res.CPU = s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+	res.StdoutTruncated, res.StderrTruncated = s.stdout.truncated, s.stderr.truncated
+	// Whatever happened, nothing of the sandbox may outlive it.
+	if err := s.cg.kill(); err != nil {
+		errs = append(errs, fmt.Errorf("kill sandbox %s: %w", s.ID, err))
+	}
+	if st, err := s.cg.stats(); err == nil {
+		res.MaxMemoryBytes = st.MaxMemory
+		// An OOM kill shows as SIGKILL plus the cgroup's oom_kill
+		// counter; memory.failcnt is not reliable on v1.
+		res.OOMKilled = st.OOMKills > 0 && res.Signal == "SIGKILL"
+	}
+	if err := s.cg.destroy(); err != nil {
+		errs = append(errs, fmt.Errorf("remove cgroup of %s: %w", s.ID, err))
+	}
+	s.lock.release()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return res, nil
 }
 
-func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
+func (s *Sandbox) start(spec *Spec) error {
 	p := &spec.Policy
 	cfg := initConfig{
 		Argv:      spec.Argv,
@@ -206,15 +315,14 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 	defer func() { closeAll(handed) }()
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cfgW.Close()
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		cfgR.Close()
-		return nil, err
+		return err
 	}
-	defer statusR.Close()
 	handed = append(handed, cfgR, statusW) // configFD, statusFD
 
 	cmd := &exec.Cmd{
@@ -249,26 +357,36 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 		},
 	}
 	// Init must be born in, or join before it runs anything, its cgroups.
-	tasks, releaseCgroup, err := cg.enter(cmd.SysProcAttr)
+	tasks, releaseCgroup, err := s.cg.enter(cmd.SysProcAttr)
 	if err != nil {
-		return nil, fmt.Errorf("cgroup: %w", err)
+		statusR.Close()
+		return fmt.Errorf("cgroup: %w", err)
 	}
 	defer releaseCgroup()
 	handed = append(handed, tasks...)
 	cfg.CgroupFiles = len(tasks)
-	mounts, err := openMounts(p.Mounts)
-	handed = append(handed, mounts...)
-	if err != nil {
-		return nil, err
+	mounts := p.Mounts
+	if spec.SelfMount != "" {
+		mounts = append(slices.Clip(mounts), policy.Mount{Source: "/proc/self/exe", Target: spec.SelfMount, ReadOnly: true})
 	}
+	cfg.Mounts = mounts
+	mountFiles, err := openMounts(mounts)
+	handed = append(handed, mountFiles...)
+	if err != nil {
+		statusR.Close()
+		return err
+	}
+	handed = append(handed, spec.ExtraFiles...)
+	cfg.CommandFiles = len(spec.ExtraFiles)
 	cmd.ExtraFiles = handed
 	cfgData, err := json.Marshal(&cfg)
 	if err != nil {
-		return nil, err
+		statusR.Close()
+		return err
 	}
-	stdout := newCapped(spec.Stdout, p.OutputLimit)
-	stderr := newCapped(spec.Stderr, p.OutputLimit)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	s.stdout = newCapped(spec.Stdout, p.OutputLimit)
+	s.stderr = newCapped(spec.Stderr, p.OutputLimit)
+	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
 	if spec.Stdin != nil {
 		// Hide the *os.File behind a plain Reader so os/exec copies
 		// through a pipe: a terminal must never be handed to the sandbox.
@@ -286,14 +404,19 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 	closeAll(handed)
 	releaseCgroup()
 	if err != nil {
-		return nil, fmt.Errorf("start sandbox: %w", err)
+		statusR.Close()
+		return fmt.Errorf("start sandbox: %w", err)
 	}
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
-	abort := func(e error) (*Result, error) {
+	s.cmd = cmd
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.done)
+	}()
+	abort := func(e error) error {
 		_ = cmd.Process.Kill()
-		<-waitErr
-		return nil, e
+		<-s.done
+		statusR.Close()
+		return e
 	}
 	if _, err := cfgW.Write(cfgData); err != nil {
 		return abort(fmt.Errorf("send config: %w", err))
@@ -309,49 +432,16 @@ func run(ctx context.Context, spec *Spec, cg cgroup) (*Result, error) {
 		}
 		return abort(&SetupError{Msg: string(msg)})
 	}
-	start := time.Now()
-	exited := make(chan unix.WaitStatus, 1)
+	s.started = time.Now()
 	go func() {
+		defer statusR.Close()
 		var msg [5]byte
 		if n, _ := io.ReadFull(statusR, msg[:]); n == 5 && msg[0] == statusExited {
-			exited <- unix.WaitStatus(binary.LittleEndian.Uint32(msg[1:]))
+			s.exited <- unix.WaitStatus(binary.LittleEndian.Uint32(msg[1:]))
 		}
-		close(exited)
+		close(s.exited)
 	}()
-
-	timer := time.NewTimer(p.Timeout)
-	defer timer.Stop()
-	res := &Result{}
-	select {
-	case err = <-waitErr:
-	case <-timer.C:
-		res.TimedOut = true
-		_ = cmd.Process.Kill() // pid 1 of the sandbox: its death kills the rest
-		err = <-waitErr
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-waitErr
-		return nil, ctx.Err()
-	}
-	res.Duration = time.Since(start)
-	if err != nil && !errors.As(err, new(*exec.ExitError)) && !errors.Is(err, exec.ErrWaitDelay) {
-		return nil, fmt.Errorf("wait: %w", err)
-	}
-	// The command's own status, as init reported it; if init died first
-	// (timeout, OOM, the host), its death is the command's.
-	ws, ok := <-exited
-	if !ok {
-		ws = unix.WaitStatus(cmd.ProcessState.Sys().(syscall.WaitStatus))
-	}
-	res.ExitCode = ws.ExitStatus()
-	if ws.Signaled() {
-		res.Signal = unix.SignalName(ws.Signal())
-	}
-	// Init's rusage includes every descendant it or the kernel reaped,
-	// and at the end of a pid namespace that is every process in it.
-	res.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	res.StdoutTruncated, res.StderrTruncated = stdout.truncated, stderr.truncated
-	return res, nil
+	return nil
 }
 
 // openMounts clones each host path to mount as a detached mount tree,

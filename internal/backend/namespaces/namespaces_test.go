@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -571,4 +572,41 @@ func TestInvalidUTF8Output(t *testing.T) {
 	if _, err := json.Marshal(o.stdout); err != nil || !strings.HasPrefix(o.stdout, "ok ") {
 		t.Errorf("stdout %q: %v", o.stdout, err)
 	}
+}
+
+// TestStartWithFilesAndSelf starts a long-lived sandbox the way the daemon
+// does: a file handed to the command, the airlock binary mounted inside.
+func TestStartWithFilesAndSelf(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	self, _ := os.Stat("/proc/self/exe")
+	var stdout bytes.Buffer
+	sb, err := Start(&Spec{
+		Policy:     testPolicy(),
+		Argv:       []string{"/bin/bash", "-c", `echo through-fd3 >&3; stat -c %s /.airlock/bin/airlock; touch /.airlock/bin/airlock 2>/dev/null && echo writable; read line; echo "$line"`},
+		Stdin:      strings.NewReader("from-stdin\n"),
+		Stdout:     &stdout,
+		ExtraFiles: []*os.File{w},
+		SelfMount:  "/.airlock/bin/airlock",
+	})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	res, err := sb.Wait()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Wait: %+v %v", res, err)
+	}
+	if string(got) != "through-fd3\n" {
+		t.Errorf("fd 3 carried %q", got)
+	}
+	if want := fmt.Sprintf("%d\nfrom-stdin\n", self.Size()); stdout.String() != want {
+		t.Errorf("stdout %q, want %q (binary size, then stdin; never writable)", stdout.String(), want)
+	}
+	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
 }
