@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 )
 
@@ -13,6 +14,7 @@ const usage = `usage: airlock <command> [flags]
 
 commands:
   run     run a command or a code snippet in a fresh sandbox
+  serve   serve the E2B-compatible API (sandboxes, gateway, warm pools)
   bench   compare airlock run against bare python3
   version print the version
 `
@@ -49,6 +51,11 @@ func run(args []string) error {
 		return runCmd(args[1:])
 	case "bench":
 		return benchCmd(args[1:])
+	case "serve":
+		return serveCmd(args[1:])
+	case namespaces.AgentArg:
+		// Inside a sandbox, started by its init: serve the envd protocol.
+		return agent.Main()
 	case "version", "--version":
 		fmt.Println("airlock", version)
 		return nil

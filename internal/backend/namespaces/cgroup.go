@@ -38,7 +38,8 @@ var cgroupV1Controllers = []string{"memory", "pids", "cpu"}
 
 // cgroupStats is what a finished sandbox consumed.
 type cgroupStats struct {
-	MaxMemory int64
+	Memory    int64 // now
+	MaxMemory int64 // highest so far
 	OOMKills  uint64
 }
 
@@ -224,13 +225,17 @@ func (g cgroupV1) stats() (cgroupStats, error) {
 	if err != nil {
 		return cgroupStats{}, err
 	}
+	cur, err := readCgroupUint(mem, "memory.usage_in_bytes")
+	if err != nil {
+		return cgroupStats{}, err
+	}
 	// memory.failcnt is not reliable on v1 (it stayed 0 after OOM kills
 	// here); the oom_kill counter is.
 	oom, err := readCgroupKey(mem, "memory.oom_control", "oom_kill")
 	if err != nil {
 		return cgroupStats{}, err
 	}
-	return cgroupStats{MaxMemory: int64(maxMem), OOMKills: oom}, nil
+	return cgroupStats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}, nil
 }
 
 func (g cgroupV1) destroy() error {
@@ -279,11 +284,15 @@ func (g cgroupV2) stats() (cgroupStats, error) {
 	if err != nil {
 		return cgroupStats{}, err
 	}
+	cur, err := readCgroupUint(g.dir, "memory.current")
+	if err != nil {
+		return cgroupStats{}, err
+	}
 	oom, err := readCgroupKey(g.dir, "memory.events", "oom_kill")
 	if err != nil {
 		return cgroupStats{}, err
 	}
-	return cgroupStats{MaxMemory: int64(peak), OOMKills: oom}, nil
+	return cgroupStats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom}, nil
 }
 
 func (g cgroupV2) destroy() error { return rmdirCgroup(g.dir) }
@@ -294,4 +303,36 @@ func loadCgroup(id string) cgroup {
 		return cgroupV2{dir: filepath.Join(cgroupRoot, cgroupPrefix+id)}
 	}
 	return cgroupV1{name: cgroupPrefix + id}
+}
+
+// orphanAge is how old an empty sandbox cgroup must be before a sweep
+// removes it without a lock file to go by: older than any sandbox can take
+// between creating its cgroup and starting its init (setupTimeout).
+const orphanAge = 2 * setupTimeout
+
+// SweepOrphanCgroups removes empty sandbox cgroups that no lock file
+// accounts for, such as those of a state directory deleted while its
+// sandboxes ran. A cgroup that still has processes refuses rmdir, so a
+// live sandbox is never touched; a young one is left to its creator. It
+// reads every controller's top directory, so the daemon runs it at start,
+// not airlock run before each sandbox.
+func SweepOrphanCgroups() {
+	dirs := []string{cgroupRoot}
+	if !unifiedHierarchy() {
+		dirs = dirs[:0]
+		for _, c := range cgroupV1Controllers {
+			dirs = append(dirs, filepath.Join(cgroupRoot, c))
+		}
+	}
+	for _, d := range dirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), cgroupPrefix) {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > orphanAge {
+				_ = unix.Rmdir(filepath.Join(d, e.Name()))
+			}
+		}
+	}
 }

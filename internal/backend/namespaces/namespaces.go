@@ -38,6 +38,8 @@ type Spec struct {
 	// SelfMount, when set, is where the airlock binary itself appears,
 	// read-only, inside the sandbox (to run the agent).
 	SelfMount string
+
+	id string // the sandbox id, when the caller chose it (StartAgent)
 }
 
 // Result is what happened to the command. A non-zero exit, a signal, a
@@ -77,6 +79,9 @@ const hostIDBase = 1 << 30
 var StateDir = "/run/airlock"
 
 const hostname = "sandbox"
+
+// setupTimeout bounds how long building a sandbox may take.
+const setupTimeout = 30 * time.Second
 
 // defaultEnv is the environment every command starts with; Policy.Env adds
 // to and overrides it. Nothing of the host's environment leaks in, except
@@ -209,9 +214,12 @@ func Start(spec *Spec) (*Sandbox, error) {
 	if err := prepareStateDir(); err != nil {
 		return nil, err
 	}
-	id, err := newID()
-	if err != nil {
-		return nil, err
+	id := spec.id
+	if id == "" {
+		var err error
+		if id, err = newID(); err != nil {
+			return nil, err
+		}
 	}
 	lock, err := lockRun(id)
 	if err != nil {
@@ -424,14 +432,20 @@ func (s *Sandbox) start(spec *Spec) error {
 	cfgW.Close()
 
 	// Init reports 'R' once the command runs, or 'E' and why it could not.
+	// A setup that hangs is a failure too, not a hang of the caller.
+	statusR.SetReadDeadline(time.Now().Add(setupTimeout))
 	var first [1]byte
 	if _, err := io.ReadFull(statusR, first[:]); err != nil || first[0] != statusRunning {
 		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
-		if first[0] != statusFailed {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			msg = []byte(fmt.Sprintf("init did not report within %s", setupTimeout))
+		case first[0] != statusFailed:
 			msg = []byte("init ended without a report")
 		}
 		return abort(&SetupError{Msg: string(msg)})
 	}
+	statusR.SetReadDeadline(time.Time{})
 	s.started = time.Now()
 	go func() {
 		defer statusR.Close()

@@ -66,10 +66,7 @@ func Cleanup() error {
 		return nil // nothing of ours can exist without root
 	}
 	dir := filepath.Join(StateDir, "runs")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil // no state directory: nothing ever ran
-	}
+	entries, _ := os.ReadDir(dir) // none: nothing ran with this state directory
 	var errs []error
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
@@ -95,6 +92,7 @@ func Cleanup() error {
 				continue
 			}
 		}
+		os.Remove(filepath.Join(StateDir, "agents", e.Name()+".sock"))
 		os.Remove(p)
 		f.Close()
 	}

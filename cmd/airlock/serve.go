@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// serveConfig is the daemon's configuration: built-in defaults, then the
+// config file, then environment variables, then flags.
+type serveConfig struct {
+	Listen           string                    `json:"listen"`
+	StateDir         string                    `json:"stateDir"`
+	DefaultTimeout   duration                  `json:"defaultTimeout"`
+	MaxTimeout       duration                  `json:"maxTimeout"`
+	MaxSandboxes     int                       `json:"maxSandboxes"`
+	PoolMemoryBudget size                      `json:"poolMemoryBudget"`
+	Templates        map[string]templateConfig `json:"templates"`
+}
+
+// templateConfig overrides a template's limits and pool size.
+type templateConfig struct {
+	Memory   size     `json:"memory"`
+	Pids     int64    `json:"pids"`
+	CPUs     float64  `json:"cpus"`
+	Disk     size     `json:"disk"`
+	PoolSize *int     `json:"poolSize"`
+	Timeout  duration `json:"timeout"` // unused by sandboxes; execution timeouts come from clients
+}
+
+// duration reads "30s" style strings in JSON.
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration like \"300s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	*d = duration(v)
+	return err
+}
+
+// size reads "512M" style strings in JSON.
+type size int64
+
+func (z *size) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a size like \"512M\": %w", err)
+	}
+	v, err := policy.ParseSize(s)
+	*z = size(v)
+	return err
+}
+
+// builtinTemplates are the templates every server has.
+var builtinTemplates = []string{"base", "code-interpreter-v1"}
+
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		Listen:           "127.0.0.1:49982",
+		StateDir:         "/var/lib/airlock",
+		DefaultTimeout:   duration(300 * time.Second),
+		MaxTimeout:       duration(24 * time.Hour),
+		PoolMemoryBudget: size(1 << 30),
+	}
+}
+
+func serveCmd(args []string) error {
+	cfg := defaultServeConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", os.Getenv("AIRLOCK_CONFIG"), "JSON config file")
+	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:49982)")
+	stateDir := fs.String("state-dir", "", "state directory (default /var/lib/airlock)")
+	poolSize := fs.Int("pool-size", -1, "ready sandboxes kept per template (default 2)")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *configPath != "" {
+		data, err := os.ReadFile(*configPath)
+		if err != nil {
+			return usageError{fmt.Sprintf("config file: %v", errors.Unwrap(err))}
+		}
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return usageError{fmt.Sprintf("config file %s: %v", *configPath, err)}
+		}
+	}
+	for env, dst := range map[string]*string{"AIRLOCK_LISTEN": &cfg.Listen, "AIRLOCK_STATE_DIR": &cfg.StateDir} {
+		if v := os.Getenv(env); v != "" {
+			*dst = v
+		}
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *stateDir != "" {
+		cfg.StateDir = *stateDir
+	}
+	mcfg, err := managerConfig(&cfg, *poolSize)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if os.Geteuid() != 0 {
+		return usageError{namespaces.ErrNotRoot.Error()}
+	}
+	if !filepath.IsAbs(cfg.StateDir) {
+		return usageError{fmt.Sprintf("state directory %q is not an absolute path", cfg.StateDir)}
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return usageError{fmt.Sprintf("listen on %s: %v", cfg.Listen, errors.Unwrap(err))}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	// The state directory is traversable (0755): sandboxes mount their
+	// root below it as an unprivileged host uid. The API key is 0600.
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	namespaces.StateDir = filepath.Join(cfg.StateDir, "run")
+	// What a crashed or killed earlier daemon left behind goes first.
+	if err := namespaces.Cleanup(); err != nil {
+		log.Warn("cleanup of an earlier run", "err", err)
+	}
+	namespaces.SweepOrphanCgroups()
+	key, err := apiKey(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+
+	m := sandbox.NewManager(mcfg, nsBackend{}, log)
+	srv := &http.Server{Handler: httpapi.New(m, key, log), ReadHeaderTimeout: 30 * time.Second}
+	url := "http://" + ln.Addr().String()
+	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
+	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		log.Info("shutting down")
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdown)
+	m.Shutdown()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func managerConfig(cfg *serveConfig, poolSize int) (sandbox.Config, error) {
+	mc := sandbox.Config{
+		PoolMemoryBudget: int64(cfg.PoolMemoryBudget),
+		DefaultTTL:       time.Duration(cfg.DefaultTimeout),
+		MaxTTL:           time.Duration(cfg.MaxTimeout),
+		MaxSandboxes:     cfg.MaxSandboxes,
+	}
+	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
+		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")
+	}
+	for name := range cfg.Templates {
+		if !strings.Contains(strings.Join(builtinTemplates, " "), name) {
+			return mc, fmt.Errorf("unknown template %q in config (have %s)", name, strings.Join(builtinTemplates, ", "))
+		}
+	}
+	for _, name := range builtinTemplates {
+		p := policy.Default()
+		size := 2
+		if poolSize >= 0 {
+			size = poolSize
+		}
+		if tc, ok := cfg.Templates[name]; ok {
+			if tc.Memory > 0 {
+				p.MemoryBytes = int64(tc.Memory)
+			}
+			if tc.Pids > 0 {
+				p.Pids = tc.Pids
+			}
+			if tc.CPUs > 0 {
+				p.CPUs = tc.CPUs
+			}
+			if tc.Disk > 0 {
+				p.DiskBytes = int64(tc.Disk)
+			}
+			if tc.PoolSize != nil && poolSize < 0 {
+				size = *tc.PoolSize
+			}
+		}
+		if err := p.Validate(); err != nil {
+			return mc, fmt.Errorf("template %s: %w", name, err)
+		}
+		if size < 0 || size > 1000 {
+			return mc, fmt.Errorf("template %s: pool size %d is out of range", name, size)
+		}
+		mc.Templates = append(mc.Templates, sandbox.Template{Name: name, Policy: p, PoolSize: size})
+	}
+	return mc, nil
+}
+
+// apiKey returns the key clients must present: AIRLOCK_API_KEY if set,
+// else the one stored in the state directory, created on first start.
+func apiKey(stateDir string) (string, error) {
+	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
+		return k, nil
+	}
+	path := filepath.Join(stateDir, "api-key")
+	if data, err := os.ReadFile(path); err == nil {
+		if k := strings.TrimSpace(string(data)); k != "" {
+			return k, nil
+		}
+	}
+	var b [20]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	k := "e2b_" + hex.EncodeToString(b[:])
+	if err := os.WriteFile(path, []byte(k+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store API key: %w", err)
+	}
+	return k, nil
+}
+
+// nsBackend starts sandboxes on the namespaces backend.
+type nsBackend struct{}
+
+func (nsBackend) Start(ctx context.Context, p policy.Policy) (sandbox.Instance, error) {
+	s, err := namespaces.StartAgent(p, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	return nsInstance{s}, nil
+}
+
+type nsInstance struct{ *namespaces.AgentSandbox }
+
+func (i nsInstance) Wait() error {
+	_, err := i.AgentSandbox.Wait()
+	return err
+}

@@ -1,0 +1,157 @@
+// Package agent is the server inside every sandbox: it runs commands and
+// serves files over the envd-compatible protocol the E2B SDKs speak.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// EnvdVersion is the envd version the agent implements; the SDKs switch
+// features on by it (0.5.7: default user, stdin flag, CloseStdin,
+// octet-stream uploads; not 0.6.x file metadata).
+const EnvdVersion = "0.5.7"
+
+// SetupPath is the agent's private endpoint: the daemon sets the
+// sandbox's environment through it when a sandbox is claimed. The gateway
+// never forwards a client's request under this prefix.
+const SetupPath = "/airlock/"
+
+// Setup is what the daemon tells the agent when it hands the sandbox out.
+type Setup struct {
+	EnvVars map[string]string `json:"envVars"`
+}
+
+// Agent serves one sandbox.
+type Agent struct {
+	log  *slog.Logger
+	home string
+
+	envMu sync.Mutex
+	base  []string          // the agent's own environment (PATH, LANG …)
+	vars  map[string]string // the sandbox's envVars, for every process
+
+	procs      processTable
+	watchersMu sync.Mutex
+	watchers   map[string]*polledWatcher
+}
+
+// New returns an agent for a sandbox whose user lives in home.
+func New(log *slog.Logger, home string) *Agent {
+	a := &Agent{log: log, home: home, base: os.Environ(), vars: map[string]string{}, watchers: map[string]*polledWatcher{}}
+	a.procs = processTable{a: a, m: map[uint32]*process{}}
+	return a
+}
+
+// env is a process's environment: the agent's own, then the sandbox's
+// envVars, then the request's, later ones winning.
+func (a *Agent) env(extra map[string]string) []string {
+	a.envMu.Lock()
+	defer a.envMu.Unlock()
+	m := map[string]string{}
+	for _, kv := range a.base {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				m[kv[:i]] = kv[i+1:]
+				break
+			}
+		}
+	}
+	maps.Copy(m, a.vars)
+	maps.Copy(m, extra)
+	env := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		env = append(env, k+"="+m[k])
+	}
+	return env
+}
+
+// Handler routes the envd protocol.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /files", a.getFile)
+	mux.HandleFunc("POST /files", a.postFile)
+	mux.HandleFunc("POST "+SetupPath+"setup", a.setup)
+
+	mux.Handle("/process.Process/Start", serverStream(a.processStart))
+	mux.Handle("/process.Process/Connect", serverStream(a.processConnect))
+	mux.Handle("/process.Process/List", unary(a.processList))
+	mux.Handle("/process.Process/SendInput", unary(a.processSendInput))
+	mux.Handle("/process.Process/SendSignal", unary(a.processSendSignal))
+	mux.Handle("/process.Process/CloseStdin", unary(a.processCloseStdin))
+	mux.Handle("/process.Process/Update", unary(a.processUpdate))
+	mux.Handle("/process.Process/StreamInput", unary(func(context.Context, *http.Request, *empty) (*empty, error) {
+		return nil, errorf(CodeUnimplemented, "StreamInput is not implemented; use SendInput")
+	}))
+
+	mux.Handle("/filesystem.Filesystem/Stat", unary(a.fsStat))
+	mux.Handle("/filesystem.Filesystem/MakeDir", unary(a.fsMakeDir))
+	mux.Handle("/filesystem.Filesystem/Move", unary(a.fsMove))
+	mux.Handle("/filesystem.Filesystem/ListDir", unary(a.fsListDir))
+	mux.Handle("/filesystem.Filesystem/Remove", unary(a.fsRemove))
+	mux.Handle("/filesystem.Filesystem/WatchDir", serverStream(a.fsWatchDir))
+	mux.Handle("/filesystem.Filesystem/CreateWatcher", unary(a.fsCreateWatcher))
+	mux.Handle("/filesystem.Filesystem/GetWatcherEvents", unary(a.fsGetWatcherEvents))
+	mux.Handle("/filesystem.Filesystem/RemoveWatcher", unary(a.fsRemoveWatcher))
+	return mux
+}
+
+func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
+	var s Setup
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&s); err != nil {
+		http.Error(w, "bad setup: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	a.envMu.Lock()
+	maps.Copy(a.vars, s.EnvVars)
+	a.envMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Serve answers on ln until ctx ends.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Main runs the agent as a sandbox's command: the daemon passes it a
+// listening socket as file descriptor 3.
+func Main() error {
+	// Not dumpable: the agent runs as the same uid as the code it runs,
+	// which must not read or write its memory through /proc.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return err
+	}
+	f := os.NewFile(3, "listener")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "/home/user"
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return New(log, home).Serve(context.Background(), ln)
+}

@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// httpError writes envd's JSON error body with the status the SDK maps
+// (400 invalid, 401 auth, 404 not found, 507 no space).
+func httpError(w http.ResponseWriter, e *Error) {
+	status := map[Code]int{
+		CodeInvalidArgument: 400, CodeNotFound: 404, CodePermissionDenied: 403,
+		CodeResourceExhausted: 507, CodeAlreadyExists: 409, CodeFailedPrecondition: 400,
+	}[e.Code]
+	if status == 0 {
+		status = 500
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": e.Message})
+}
+
+// getFile streams a file of the sandbox; it is never held in memory.
+func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
+	if err := a.checkUser(r); err != nil {
+		httpError(w, asError(err))
+		return
+	}
+	path := r.URL.Query().Get("path")
+	if path == "" {
+		httpError(w, errorf(CodeInvalidArgument, "no path given"))
+		return
+	}
+	p := a.resolve(path)
+	f, err := os.Open(p)
+	if err != nil {
+		httpError(w, fsError(p, err))
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		httpError(w, fsError(p, err))
+		return
+	}
+	if fi.IsDir() {
+		httpError(w, errorf(CodeInvalidArgument, "path '%s' is a directory", p))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": fi.Name()}))
+	if fi.Mode().IsRegular() {
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	}
+	io.Copy(w, f)
+}
+
+type writtenFile struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// postFile writes files into the sandbox, streamed to disk: multipart (one
+// "file" part per file, named by the query's path or by the part's file
+// name) or a raw body (application/octet-stream, gzip allowed).
+func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
+	if err := a.checkUser(r); err != nil {
+		httpError(w, asError(err))
+		return
+	}
+	query := r.URL.Query().Get("path")
+	var written []writtenFile
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch mt {
+	case "multipart/form-data":
+		mr, err := r.MultipartReader()
+		if err != nil {
+			httpError(w, errorf(CodeInvalidArgument, "multipart: %v", err))
+			return
+		}
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				httpError(w, errorf(CodeInvalidArgument, "multipart: %v", err))
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			dest := query
+			if dest == "" {
+				dest = part.FileName()
+			}
+			wf, e := a.writeFile(dest, part)
+			if e != nil {
+				httpError(w, e)
+				return
+			}
+			written = append(written, wf)
+		}
+	case "application/octet-stream":
+		var body io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			gz, err := gzip.NewReader(r.Body)
+			if err != nil {
+				httpError(w, errorf(CodeInvalidArgument, "gzip: %v", err))
+				return
+			}
+			defer gz.Close()
+			body = gz
+		}
+		wf, e := a.writeFile(query, body)
+		if e != nil {
+			httpError(w, e)
+			return
+		}
+		written = append(written, wf)
+	default:
+		httpError(w, errorf(CodeInvalidArgument, "content type %q: want multipart/form-data or application/octet-stream", mt))
+		return
+	}
+	if len(written) == 0 {
+		httpError(w, errorf(CodeInvalidArgument, "no file in the request"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(written)
+}
+
+func (a *Agent) writeFile(dest string, body io.Reader) (writtenFile, *Error) {
+	if dest == "" {
+		return writtenFile{}, errorf(CodeInvalidArgument, "no path given for the file")
+	}
+	p := a.resolve(dest)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return writtenFile{}, fsError(filepath.Dir(p), err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return writtenFile{}, fsError(p, err)
+	}
+	_, err = io.Copy(f, body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return writtenFile{}, fsError(p, err)
+	}
+	return writtenFile{Name: filepath.Base(p), Type: "file", Path: p}, nil
+}

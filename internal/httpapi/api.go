@@ -1,0 +1,454 @@
+// Package httpapi is Airlock's HTTP face: the E2B-compatible control plane,
+// the gateway to the agents inside sandboxes, health and metrics. It is
+// the one place where errors become status codes.
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Ports the SDKs address inside a sandbox (E2b-Sandbox-Port).
+const (
+	EnvdPort            = "49983"
+	CodeInterpreterPort = "49999"
+)
+
+// Server serves the API.
+type Server struct {
+	m      *sandbox.Manager
+	apiKey string
+	log    *slog.Logger
+	mux    *http.ServeMux
+	proxy  *httputil.ReverseProxy
+}
+
+// New returns the API over m, guarded by apiKey.
+func New(m *sandbox.Manager, apiKey string, log *slog.Logger) *Server {
+	s := &Server{m: m, apiKey: apiKey, log: log, mux: http.NewServeMux()}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "agent", "agent"
+			// The agent needs neither credential; neither should linger.
+			pr.Out.Header.Del("X-Access-Token")
+			pr.Out.Header.Del("X-API-KEY")
+		},
+		// Each request goes to the agent of the sandbox it was routed to.
+		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			return r.Context().Value(sandboxKey{}).(*sandbox.Sandbox).Transport().RoundTrip(r)
+		}),
+		FlushInterval: -1, // streams go out as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// The error names host sockets: log it, never send it.
+			if !errors.Is(err, context.Canceled) {
+				s.log.Warn("gateway", "sandbox", r.Header.Get("E2b-Sandbox-Id"), "err", err)
+			}
+			writeError(w, http.StatusBadGateway, "the sandbox's agent is not reachable")
+		},
+	}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})
+	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		running, pooled := s.m.Counts()
+		s.m.Metrics().Write(w, running, pooled)
+	})
+	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.auth(h)) }
+	api("POST /sandboxes", s.create)
+	api("POST /v2/sandboxes", s.create)
+	api("GET /sandboxes", s.list)
+	api("GET /v2/sandboxes", s.list)
+	api("GET /sandboxes/{id}", s.get)
+	api("DELETE /sandboxes/{id}", s.kill)
+	api("POST /sandboxes/{id}/timeout", s.setTimeout)
+	api("POST /sandboxes/{id}/connect", s.connect)
+	api("POST /v2/sandboxes/{id}/connect", s.connect)
+	api("POST /sandboxes/{id}/resume", s.connect)
+	api("GET /sandboxes/{id}/metrics", s.metrics)
+	api("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, "pause is not supported by this server")
+	})
+}
+
+// ServeHTTP routes sandbox traffic (it carries E2b-Sandbox-Id) to the
+// gateway and everything else to the control plane.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("E2b-Sandbox-Id") != "" {
+		s.gateway(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// writeError writes E2B's error body, {code, message}.
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// auth requires the API key in X-API-KEY.
+func (s *Server) auth(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-KEY")
+		if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
+			writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY)")
+			return
+		}
+		h(w, r)
+	})
+}
+
+// managerError maps the manager's errors to statuses.
+func managerError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, sandbox.ErrUnknownTemplate):
+		writeError(w, http.StatusBadRequest, "%v", err)
+	case errors.Is(err, sandbox.ErrTooMany):
+		writeError(w, http.StatusTooManyRequests, "%v", err)
+	default:
+		writeError(w, http.StatusInternalServerError, "%v", err)
+	}
+}
+
+type createBody struct {
+	TemplateID          string            `json:"templateID"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Timeout             *int64            `json:"timeout"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	AutoPause           *bool             `json:"autoPause"`
+}
+
+// sandboxJSON is the Sandbox object of create and connect.
+type sandboxJSON struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+func sandboxObject(sb *sandbox.Sandbox) sandboxJSON {
+	return sandboxJSON{
+		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
+		EnvdVersion: agent.EnvdVersion, EnvdAccessToken: sb.AccessToken,
+	}
+}
+
+const maxBody = 1 << 20
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if r.ContentLength == 0 {
+		return true
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
+		return false
+	}
+	return true
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var b createBody
+	if !decode(w, r, &b) {
+		return
+	}
+	if b.TemplateID == "" {
+		b.TemplateID = "base"
+	}
+	if b.AllowInternetAccess != nil && *b.AllowInternetAccess {
+		writeError(w, http.StatusBadRequest, "internet access is not available: sandboxes on this server have no network")
+		return
+	}
+	if b.AutoPause != nil && *b.AutoPause {
+		writeError(w, http.StatusBadRequest, "pause is not supported by this server")
+		return
+	}
+	var ttl time.Duration
+	if b.Timeout != nil {
+		if *b.Timeout <= 0 {
+			writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
+			return
+		}
+		ttl = time.Duration(*b.Timeout) * time.Second
+	}
+	for k, v := range b.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			writeError(w, http.StatusBadRequest, "invalid environment variable %q", k)
+			return
+		}
+	}
+	sb, err := s.m.Create(r.Context(), sandbox.CreateRequest{
+		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "timeout") {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		managerError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sandboxObject(sb))
+}
+
+// listItem is one sandbox in a list, or the detail of one.
+type listItem struct {
+	TemplateID          string            `json:"templateID"`
+	SandboxID           string            `json:"sandboxID"`
+	ClientID            string            `json:"clientID"`
+	StartedAt           time.Time         `json:"startedAt"`
+	EndAt               time.Time         `json:"endAt"`
+	CPUCount            float64           `json:"cpuCount"`
+	MemoryMB            int64             `json:"memoryMB"`
+	DiskSizeMB          int64             `json:"diskSizeMB"`
+	Metadata            map[string]string `json:"metadata"`
+	State               string            `json:"state"`
+	EnvdVersion         string            `json:"envdVersion"`
+	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+}
+
+func item(sb *sandbox.Sandbox) listItem {
+	return listItem{
+		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: sb.CPUs,
+		MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: sb.Metadata,
+		State: "running", EnvdVersion: agent.EnvdVersion,
+	}
+}
+
+// parseMetadataFilter reads ?metadata=, an URL-encoded "k=v&k2=v2" whose
+// keys and values the SDK encoded once more.
+func parseMetadataFilter(q string) (map[string]string, error) {
+	if q == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for k, vs := range vals {
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, err
+		}
+		val, err := url.QueryUnescape(vs[len(vs)-1])
+		if err != nil {
+			return nil, err
+		}
+		out[key] = val
+	}
+	return out, nil
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	filter, err := parseMetadataFilter(q.Get("metadata"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid metadata filter: %v", err)
+		return
+	}
+	// Every sandbox here is running; a filter for paused ones only matches none.
+	if st := q.Get("state"); st != "" && !strings.Contains(st, "running") {
+		writeJSON(w, http.StatusOK, []listItem{})
+		return
+	}
+	all := s.m.List(filter)
+	if tmpl := q.Get("template"); tmpl != "" {
+		kept := all[:0]
+		for _, sb := range all {
+			if sb.TemplateID == tmpl {
+				kept = append(kept, sb)
+			}
+		}
+		all = kept
+	}
+	// Paging: nextToken is the id after which the page starts.
+	if tok := q.Get("nextToken"); tok != "" {
+		i := 0
+		for i < len(all) && all[i].ID != tok {
+			i++
+		}
+		if i < len(all) {
+			all = all[i+1:]
+		} else {
+			all = nil
+		}
+	}
+	limit := len(all)
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit must be a positive integer")
+			return
+		}
+		limit = min(n, limit)
+	}
+	if limit < len(all) {
+		w.Header().Set("X-Next-Token", all[limit-1].ID)
+	}
+	items := make([]listItem, 0, limit)
+	for _, sb := range all[:limit] {
+		items = append(items, item(sb))
+	}
+	writeJSON(w, http.StatusOK, items)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		managerError(w, err)
+		return
+	}
+	it := item(sb)
+	it.EnvdAccessToken = sb.AccessToken
+	no := false
+	it.AllowInternetAccess = &no
+	writeJSON(w, http.StatusOK, it)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.Kill(r.PathValue("id")); err != nil {
+		managerError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type timeoutBody struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var b timeoutBody
+	if !decode(w, r, &b) {
+		return
+	}
+	if b.Timeout == nil || *b.Timeout <= 0 {
+		writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
+		return
+	}
+	if err := s.m.SetTTL(r.PathValue("id"), time.Duration(*b.Timeout)*time.Second); err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			managerError(w, err)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect returns a running sandbox; a timeout in the body extends its
+// time to live (never shortens it), as E2B does.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	var b timeoutBody
+	if !decode(w, r, &b) {
+		return
+	}
+	id := r.PathValue("id")
+	sb, err := s.m.Get(id)
+	if err != nil {
+		managerError(w, err)
+		return
+	}
+	if b.Timeout != nil && *b.Timeout > 0 {
+		d := time.Duration(*b.Timeout) * time.Second
+		if time.Until(sb.EndAt()) < d {
+			if err := s.m.SetTTL(id, d); err != nil {
+				writeError(w, http.StatusBadRequest, "%v", err)
+				return
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, sandboxObject(sb))
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		managerError(w, err)
+		return
+	}
+	now := time.Now().UTC()
+	writeJSON(w, http.StatusOK, []map[string]any{{
+		"timestamp":     now,
+		"timestampUnix": now.Unix(),
+		"cpuCount":      sb.CPUs,
+		"cpuUsedPct":    0,
+		"memUsed":       sb.MemoryUsage(),
+		"memTotal":      sb.MemoryMB << 20,
+		"diskUsed":      0,
+		"diskTotal":     sb.DiskMB << 20,
+	}})
+}
+
+// gateway passes sandbox traffic to the sandbox's agent, once the
+// sandbox's own access token was shown.
+func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.Header.Get("E2b-Sandbox-Id"))
+	if err != nil {
+		// 502, as E2B's own proxy answers for a sandbox that is gone: the
+		// SDKs read it as "not running" (isRunning) or a timeout.
+		writeError(w, http.StatusBadGateway, "sandbox not found: it was killed or its timeout passed")
+		return
+	}
+	if !sb.CheckToken(r.Header.Get("X-Access-Token")) {
+		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox (X-Access-Token)")
+		return
+	}
+	switch r.Header.Get("E2b-Sandbox-Port") {
+	case EnvdPort:
+	default:
+		writeError(w, http.StatusBadGateway, "port %q of the sandbox is not served", r.Header.Get("E2b-Sandbox-Port"))
+		return
+	}
+	// The agent's private endpoints are the daemon's alone.
+	if strings.HasPrefix(r.URL.Path, agent.SetupPath) {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	if r.URL.Path == "/process.Process/Start" {
+		s.m.Metrics().Execs.Add(1)
+	}
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
+}
+
+type sandboxKey struct{}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

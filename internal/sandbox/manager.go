@@ -1,0 +1,414 @@
+// Package sandbox manages the sandboxes of one Airlock host: creation
+// (claimed from warm pools), lookup, time-to-live, and teardown.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// Backend builds isolated boxes with the agent running inside. It is all a
+// backend has to do: everything else travels the agent's protocol.
+type Backend interface {
+	Start(ctx context.Context, p policy.Policy) (Instance, error)
+}
+
+// Instance is one box a Backend started.
+type Instance interface {
+	// Dial opens a connection to the agent inside.
+	Dial(ctx context.Context) (net.Conn, error)
+	// Done is closed when the box has ended, whatever the reason.
+	Done() <-chan struct{}
+	// Kill ends the box; Wait then removes what is left of it.
+	Kill()
+	Wait() error
+	MemoryUsage() int64
+}
+
+// Template is a named kind of sandbox.
+type Template struct {
+	Name   string
+	Policy policy.Policy
+	// PoolSize is how many ready sandboxes to keep.
+	PoolSize int
+}
+
+// Config is the manager's configuration.
+type Config struct {
+	Templates []Template
+	// PoolMemoryBudget caps the memory all pooled (unclaimed) sandboxes
+	// may use together, in bytes; 0 means no cap beyond the pool sizes.
+	PoolMemoryBudget int64
+	DefaultTTL       time.Duration
+	MaxTTL           time.Duration
+	// MaxSandboxes bounds running sandboxes (claimed ones; 0: no bound).
+	MaxSandboxes int
+}
+
+// Errors the API maps to statuses.
+var (
+	ErrNotFound        = errors.New("sandbox not found")
+	ErrUnknownTemplate = errors.New("unknown template")
+	ErrTooMany         = errors.New("too many sandboxes")
+)
+
+// Sandbox is a claimed sandbox, as the API describes it.
+type Sandbox struct {
+	ID          string
+	TemplateID  string
+	ClientID    string
+	AccessToken string
+	Metadata    map[string]string
+	StartedAt   time.Time
+	CPUs        float64
+	MemoryMB    int64
+	DiskMB      int64
+
+	inst      Instance
+	transport *http.Transport
+
+	mu    sync.Mutex
+	endAt time.Time
+	timer *time.Timer
+}
+
+// EndAt is when the sandbox's time to live runs out.
+func (s *Sandbox) EndAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endAt
+}
+
+// Transport reaches the sandbox's agent.
+func (s *Sandbox) Transport() http.RoundTripper { return s.transport }
+
+// CheckToken reports whether token is this sandbox's access token, in
+// constant time.
+func (s *Sandbox) CheckToken(token string) bool {
+	return subtle.ConstantTimeCompare([]byte(token), []byte(s.AccessToken)) == 1
+}
+
+// MemoryUsage is the sandbox's current memory use in bytes.
+func (s *Sandbox) MemoryUsage() int64 { return s.inst.MemoryUsage() }
+
+// Manager owns every sandbox of the host.
+type Manager struct {
+	cfg     Config
+	backend Backend
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox
+	pools     map[string]*pool
+	closed    bool
+
+	ctx    context.Context // ends at Shutdown: stops the pool fillers
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewManager starts the pools of cfg's templates.
+func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{
+		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
+		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{},
+		ctx: ctx, cancel: cancel,
+	}
+	for _, t := range cfg.Templates {
+		p := &pool{m: m, tmpl: t, refill: make(chan struct{}, 1)}
+		m.pools[t.Name] = p
+		m.wg.Add(1)
+		go p.fill()
+	}
+	return m
+}
+
+// Metrics returns the manager's counters.
+func (m *Manager) Metrics() *Metrics { return m.metrics }
+
+// CreateRequest is what a client asks for.
+type CreateRequest struct {
+	TemplateID string
+	Metadata   map[string]string
+	EnvVars    map[string]string
+	TTL        time.Duration // 0: the default
+	ClientID   string
+}
+
+// Create hands out a sandbox of the requested template: a warm one from
+// the pool when there is one, else one started now.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	start := time.Now()
+	p, ok := m.pools[req.TemplateID]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, req.TemplateID)
+	}
+	ttl, err := m.ttl(req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errors.New("shutting down")
+	}
+	if m.cfg.MaxSandboxes > 0 && len(m.sandboxes) >= m.cfg.MaxSandboxes {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
+	}
+	m.mu.Unlock()
+	inst, warm := p.claim()
+	if inst == nil {
+		if inst, err = m.backend.Start(ctx, p.tmpl.Policy); err != nil {
+			m.metrics.createFailures.Add(1)
+			return nil, fmt.Errorf("start sandbox: %w", err)
+		}
+	}
+	sb := &Sandbox{
+		ID:          newSandboxID(),
+		TemplateID:  req.TemplateID,
+		ClientID:    req.ClientID,
+		AccessToken: newToken(),
+		Metadata:    req.Metadata,
+		StartedAt:   time.Now().UTC(),
+		CPUs:        p.tmpl.Policy.CPUs,
+		MemoryMB:    p.tmpl.Policy.MemoryBytes >> 20,
+		DiskMB:      p.tmpl.Policy.DiskBytes >> 20,
+		inst:        inst,
+		transport:   agentTransport(inst),
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	if err := m.setup(ctx, sb, req.EnvVars); err != nil {
+		inst.Kill()
+		go inst.Wait()
+		m.metrics.createFailures.Add(1)
+		return nil, fmt.Errorf("set up sandbox: %w", err)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		inst.Kill()
+		go inst.Wait()
+		return nil, errors.New("shutting down")
+	}
+	m.sandboxes[sb.ID] = sb
+	m.mu.Unlock()
+	sb.mu.Lock()
+	sb.endAt = time.Now().Add(ttl)
+	sb.timer = time.AfterFunc(ttl, func() { m.expire(sb) })
+	sb.mu.Unlock()
+	// A sandbox that dies by itself (its agent crashed, the OOM killer)
+	// leaves the registry too.
+	go func() {
+		<-inst.Done()
+		m.remove(sb, "ended")
+	}()
+	m.metrics.observeCreate(time.Since(start), warm)
+	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", warm,
+		"ms", float64(time.Since(start).Microseconds())/1000)
+	return sb, nil
+}
+
+// setup tells the agent the sandbox's environment.
+func (m *Manager) setup(ctx context.Context, sb *Sandbox, env map[string]string) error {
+	if len(env) == 0 {
+		return nil
+	}
+	body, _ := json.Marshal(agent.Setup{EnvVars: env})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agent.SetupPath+"setup", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := sb.transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("agent answered %s", resp.Status)
+	}
+	return nil
+}
+
+func (m *Manager) ttl(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		d = m.cfg.DefaultTTL
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("timeout must not be negative")
+	}
+	if m.cfg.MaxTTL > 0 && d > m.cfg.MaxTTL {
+		return 0, fmt.Errorf("timeout %s is above this server's maximum of %s", d, m.cfg.MaxTTL)
+	}
+	return d, nil
+}
+
+// Get returns the sandbox with id.
+func (m *Manager) Get(id string) (*Sandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return sb, nil
+}
+
+// List returns the sandboxes whose metadata contains every pair of
+// filter, oldest first.
+func (m *Manager) List(filter map[string]string) []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Sandbox
+	for _, sb := range m.sandboxes {
+		match := true
+		for k, v := range filter {
+			if sb.Metadata[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, sb)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Sandbox) int {
+		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// SetTTL makes the sandbox end d from now.
+func (m *Manager) SetTTL(id string, d time.Duration) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if d, err = m.ttl(d); err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.endAt = time.Now().Add(d)
+	sb.timer.Reset(d)
+	return nil
+}
+
+// Kill ends the sandbox with id now.
+func (m *Manager) Kill(id string) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	m.remove(sb, "killed")
+	return nil
+}
+
+func (m *Manager) expire(sb *Sandbox) { m.remove(sb, "expired") }
+
+// remove unregisters sb and destroys it; the first caller wins.
+func (m *Manager) remove(sb *Sandbox, why string) {
+	m.mu.Lock()
+	if m.sandboxes[sb.ID] != sb {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.sandboxes, sb.ID)
+	m.mu.Unlock()
+	sb.mu.Lock()
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	sb.mu.Unlock()
+	sb.inst.Kill()
+	if err := sb.inst.Wait(); err != nil {
+		m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
+	}
+	sb.transport.CloseIdleConnections()
+	m.metrics.ended.Add(1)
+	m.log.Info("sandbox "+why, "sandbox", sb.ID)
+}
+
+// Shutdown kills every sandbox, pooled ones included, and stops refilling.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	m.closed = true
+	all := slices.Collect(maps.Values(m.sandboxes))
+	m.mu.Unlock()
+	m.cancel()
+	m.wg.Wait()
+	var wg sync.WaitGroup
+	for _, sb := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.remove(sb, "killed at shutdown") }()
+	}
+	for _, p := range m.pools {
+		p.drain()
+	}
+	wg.Wait()
+}
+
+// Counts reports running (claimed) and pooled sandboxes per template.
+func (m *Manager) Counts() (running map[string]int, pooled map[string]int) {
+	running, pooled = map[string]int{}, map[string]int{}
+	m.mu.Lock()
+	for _, sb := range m.sandboxes {
+		running[sb.TemplateID]++
+	}
+	m.mu.Unlock()
+	for name, p := range m.pools {
+		p.mu.Lock()
+		pooled[name] = len(p.ready)
+		p.mu.Unlock()
+	}
+	return running, pooled
+}
+
+// agentTransport speaks HTTP to the agent inside inst. Streams must not be
+// cut by timeouts here: the SDK sets its own.
+func agentTransport(inst Instance) *http.Transport {
+	return &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return inst.Dial(ctx) },
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+}
+
+// newSandboxID is E2B-like: a letter and 19 lower-case hex digits.
+func newSandboxID() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return "i" + hex.EncodeToString(b[:])[:19]
+}
+
+func newToken() string {
+	var b [24]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
