@@ -207,3 +207,13 @@ func TestOutputFloodKeepsAirlockSmall(t *testing.T) {
 		t.Errorf("streaming: %d bytes, stderr %q", len(r.stdout), r.stderr)
 	}
 }
+
+func TestControlEscaper(t *testing.T) {
+	var b strings.Builder
+	e := &controlEscaper{w: &b}
+	e.Write([]byte("ok\tline\r\n\x1b]52;c;x\x07 é \xc2"))
+	e.Write([]byte("\x9b6n end\x7f"))
+	if want := "ok\tline\r\n^[]52;c;x^G é ?6n end^?"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}

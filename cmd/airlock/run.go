@@ -215,7 +215,7 @@ func runCmd(args []string) error {
 	if f.asJSON {
 		spec.Stdout, spec.Stderr = &stdout, &stderr
 	} else {
-		spec.Stdout, spec.Stderr = os.Stdout, os.Stderr
+		spec.Stdout, spec.Stderr = terminalSafe(os.Stdout), terminalSafe(os.Stderr)
 	}
 	if err := namespaces.Cleanup(); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
@@ -271,4 +271,50 @@ func exitStatus(res *namespaces.Result, p *policy.Policy) (int, string) {
 		return 128 + int(unix.SignalNum(res.Signal)), "signal " + res.Signal
 	}
 	return res.ExitCode, ""
+}
+
+// terminalSafe returns f, or, when f is a terminal, a writer that shows
+// control characters instead of passing them: escape sequences from the
+// sandbox could otherwise make the terminal answer, typing into the shell
+// airlock runs in. Tabs, newlines, carriage returns and backspaces pass.
+func terminalSafe(f *os.File) io.Writer {
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+		return f
+	}
+	return &controlEscaper{w: f}
+}
+
+type controlEscaper struct {
+	w       io.Writer
+	pending bool // the last byte written was 0xC2, the lead byte of U+0080–U+009F
+}
+
+func (e *controlEscaper) Write(b []byte) (int, error) {
+	out := make([]byte, 0, len(b)+8)
+	for _, c := range b {
+		if e.pending {
+			e.pending = false
+			if c >= 0x80 && c <= 0x9f { // a C1 control, such as CSI
+				out = append(out, '?')
+				continue
+			}
+			out = append(out, 0xc2)
+		}
+		switch {
+		case c == 0xc2:
+			e.pending = true
+		case c == '\t' || c == '\n' || c == '\r' || c == '\b':
+			out = append(out, c)
+		case c < 0x20:
+			out = append(out, '^', c+'@')
+		case c == 0x7f:
+			out = append(out, '^', '?')
+		default:
+			out = append(out, c)
+		}
+	}
+	if _, err := e.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

@@ -138,9 +138,7 @@ func serveCmd(args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	// The state directory is traversable (0755): sandboxes mount their
-	// root below it as an unprivileged host uid. The API key is 0600.
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	namespaces.StateDir = filepath.Join(cfg.StateDir, "run")

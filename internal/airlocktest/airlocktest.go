@@ -18,8 +18,12 @@ func RequiresRoot(t testing.TB) {
 	}
 }
 
-// ProcsOfUID lists host pids whose real uid is uid.
-func ProcsOfUID(uid int) []int {
+// SandboxUIDs is the range [lo, hi) of host uids sandboxes run as; the
+// namespaces backend sets it (this package may not import backends).
+var SandboxUIDs = [2]int{1 << 30, 1 << 31}
+
+// SandboxProcs lists host pids whose real uid is a sandbox's.
+func SandboxProcs() []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
@@ -34,7 +38,10 @@ func ProcsOfUID(uid int) []int {
 		for _, line := range strings.Split(string(data), "\n") {
 			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
 				f := strings.Fields(rest)
-				if len(f) > 0 && f[0] == strconv.Itoa(uid) {
+				if len(f) == 0 {
+					continue
+				}
+				if uid, err := strconv.Atoi(f[0]); err == nil && uid >= SandboxUIDs[0] && uid < SandboxUIDs[1] {
 					pids = append(pids, pid)
 				}
 			}
@@ -55,13 +62,11 @@ func Cgroups() []string {
 }
 
 // CheckNoLeftovers fails t if any sandbox process, cgroup or run lock
-// remains. sandboxUIDs are the host uids sandboxes run as.
-func CheckNoLeftovers(t testing.TB, stateDir string, sandboxUIDs ...int) {
+// remains.
+func CheckNoLeftovers(t testing.TB, stateDir string) {
 	t.Helper()
-	for _, uid := range sandboxUIDs {
-		if pids := ProcsOfUID(uid); len(pids) > 0 {
-			t.Errorf("sandbox processes left running (host uid %d): %v", uid, pids)
-		}
+	if pids := SandboxProcs(); len(pids) > 0 {
+		t.Errorf("sandbox processes left running: %v", pids)
 	}
 	if cg := Cgroups(); len(cg) > 0 {
 		t.Errorf("cgroups left behind: %v", cg)

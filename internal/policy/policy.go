@@ -55,7 +55,10 @@ const (
 
 // reservedTargets are the sandbox paths Airlock builds itself; a mount over
 // them would replace a protection (/proc, /dev) or the code it runs.
-var reservedTargets = []string{"/", "/proc", "/dev", "/etc", "/usr", "/.airlock"}
+// The merged-/usr links (/bin → usr/bin …) are reserved too: a target
+// below one would be resolved through the symlink into /usr.
+var reservedTargets = []string{"/", "/proc", "/dev", "/etc", "/usr", "/.airlock",
+	"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
 // Validate reports the first problem with p, as a message fit for the user.
 func (p *Policy) Validate() error {
@@ -91,6 +94,15 @@ func (p *Policy) Validate() error {
 		for _, r := range reservedTargets {
 			if m.Target == r || (r != "/" && strings.HasPrefix(m.Target, r+"/")) {
 				return fmt.Errorf("mount target %q is reserved by the sandbox", m.Target)
+			}
+		}
+	}
+	// No target inside another: its path would be resolved through a host
+	// directory, where the sandbox may have planted symlinks or FIFOs.
+	for i, a := range p.Mounts {
+		for _, b := range p.Mounts[i+1:] {
+			if a.Target == b.Target || strings.HasPrefix(b.Target, a.Target+"/") || strings.HasPrefix(a.Target, b.Target+"/") {
+				return fmt.Errorf("mount targets %q and %q overlap", a.Target, b.Target)
 			}
 		}
 	}

@@ -47,6 +47,11 @@ func TestValidate(t *testing.T) {
 		{"mount over /proc", func(p *Policy) { p.Mounts = []Mount{{Source: "/x", Target: "/proc/self"}} }, "reserved"},
 		{"mount over /", func(p *Policy) { p.Mounts = []Mount{{Source: "/x", Target: "/"}} }, "reserved"},
 		{"mount ok", func(p *Policy) { p.Mounts = []Mount{{Source: "/x", Target: "/data"}} }, ""},
+		{"mount nested", func(p *Policy) {
+			p.Mounts = []Mount{{Source: "/x", Target: "/data"}, {Source: "/y", Target: "/data/sub"}}
+		}, "overlap"},
+		{"mount twice", func(p *Policy) { p.Mounts = []Mount{{Source: "/x", Target: "/data"}, {Source: "/y", Target: "/data"}} }, "overlap"},
+		{"mount under /bin", func(p *Policy) { p.Mounts = []Mount{{Source: "/x", Target: "/bin/x"}} }, "reserved"},
 		{"mount relative source", func(p *Policy) { p.Mounts = []Mount{{Source: "x", Target: "/data"}} }, "absolute"},
 		{"timeout ok", func(p *Policy) { p.Timeout = time.Millisecond }, ""},
 	} {

@@ -159,7 +159,10 @@ func cgroupPIDs(dir string) ([]int, error) {
 // killAll SIGKILLs every process listed in dir until none is left. Without
 // a freezer a process can fork between listing and killing; the next round
 // catches the child, and the pids limit bounds how many rounds there are.
+// Each kill goes through a pidfd taken after checking that the pid is
+// still in this cgroup, so a pid reused by a host process is never hit.
 func killAll(dir string) error {
+	name := filepath.Base(dir)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		pids, err := cgroupPIDs(dir)
@@ -173,9 +176,28 @@ func killAll(dir string) error {
 			return fmt.Errorf("%d processes survived SIGKILL", len(pids))
 		}
 		for _, pid := range pids {
-			_ = unix.Kill(pid, unix.SIGKILL) // ESRCH: already gone
+			killInCgroup(pid, name)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func killInCgroup(pid int, cgroupName string) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone
+	}
+	defer unix.Close(fd)
+	// With the pidfd held, pid cannot be reused: check it is ours. On v1
+	// a single thread may be in the cgroup (init's forking thread), so
+	// every thread counts.
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/cgroup", pid, task.Name()))
+		if err == nil && strings.Contains(string(data), "/"+cgroupName+"\n") {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			return
+		}
 	}
 }
 

@@ -163,6 +163,12 @@ func setup() (int, error) {
 	for i := range c.CommandFiles {
 		files = append(files, uintptr(firstExtraFD+c.CgroupFiles+len(c.Mounts)+i))
 	}
+	// Nothing but those files may reach the command: not the status pipe,
+	// not whatever the host process inherited. ForkExec's dup2 clears
+	// close-on-exec on exactly the files it hands over.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 0, fmt.Errorf("close-on-exec: %w", err)
+	}
 	pid, err := syscall.ForkExec(argv0, c.Argv, &syscall.ProcAttr{Env: c.Env, Files: files})
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)

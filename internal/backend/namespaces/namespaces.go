@@ -13,9 +13,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -67,16 +66,41 @@ func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Msg }
 // cgroups need host root.
 var ErrNotRoot = errors.New("the namespaces backend needs root (it writes uid maps and creates cgroups)")
 
-// Host ids the sandbox's uids map to. Sandbox root maps to hostIDBase and
-// the sandbox user to hostIDBase+1000: ids no distribution allocates
+// Each sandbox gets its own range of host ids: its root maps to the start
+// of the range (which also owns its user namespace) and its user to
+// start+1000. The ranges lie in [2^30, 2^31), ids no distribution allocates
 // (useradd stays below 60000, subordinate ranges start at 100000 and grow
-// by 65536), so a file the sandbox creates can never be owned by a real
-// host account, and never by host root.
-const hostIDBase = 1 << 30
+// by 65536), so a file a sandbox creates is never owned by a host account,
+// let alone root, and sandboxes do not share per-user kernel budgets.
+const (
+	hostIDBase  = 1 << 30
+	hostIDRange = 1 << 16
+	hostIDSlots = 1 << 14 // hostIDBase + hostIDSlots*hostIDRange = 2^31
+)
 
-// StateDir holds the lock files of running sandboxes and the empty
-// directory each one mounts its root on (inside its own mount namespace).
+// HostUIDs is the range [lo, hi) of host uids sandboxes run as.
+func HostUIDs() (lo, hi int) { return hostIDBase, hostIDBase + hostIDSlots*hostIDRange }
+
+// newIDBase picks a sandbox's host id range at random. Two live sandboxes
+// sharing one (about 1 in 16384 per pair) would share per-user kernel
+// budgets; their namespaces and Landlock domains still keep them apart.
+func newIDBase() (int, error) {
+	var b [2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, err
+	}
+	slot := int(b[0])<<8 | int(b[1])
+	return hostIDBase + slot%hostIDSlots*hostIDRange, nil
+}
+
+// StateDir holds the lock files and agent sockets of running sandboxes;
+// only host root uses it.
 var StateDir = "/run/airlock"
+
+// RootMountDir is the empty directory every sandbox mounts its root on,
+// each inside its own mount namespace. Unlike StateDir it is fixed and
+// world-traversable: init reaches it as an unprivileged host uid.
+const RootMountDir = "/run/airlock-root"
 
 const hostname = "sandbox"
 
@@ -143,6 +167,11 @@ func Check(spec *Spec) error {
 	if len(spec.Argv) == 0 {
 		return errors.New("no command to run")
 	}
+	for _, f := range spec.Files {
+		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") {
+			return fmt.Errorf("file name %q is not a single path element", f.Name)
+		}
+	}
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
 	}
@@ -187,7 +216,8 @@ func Run(ctx context.Context, spec *Spec) (*Result, error) {
 
 // Sandbox is a running sandbox: its init and the command init started.
 type Sandbox struct {
-	ID string
+	ID      string
+	HostUID int // the host uid the sandbox's user runs as
 
 	lock           *runLock
 	cg             cgroup
@@ -227,15 +257,19 @@ func Start(spec *Spec) (*Sandbox, error) {
 	}
 	cg, err := newCgroup(id, &spec.Policy)
 	if err != nil {
-		lock.release()
+		lock.release(true)
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	sb := &Sandbox{ID: id, lock: lock, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
+	base, err := newIDBase()
+	if err != nil {
+		lock.release(true)
+		return nil, err
+	}
+	sb := &Sandbox{ID: id, HostUID: base + sandboxUID, lock: lock, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
 	if err := sb.start(spec); err != nil {
 		// Nothing of a sandbox that failed to start may remain.
-		_ = cg.kill()
-		_ = cg.destroy()
-		lock.release()
+		kerr, derr := cg.kill(), cg.destroy()
+		lock.release(kerr == nil && derr == nil)
 		return nil, err
 	}
 	return sb, nil
@@ -297,7 +331,8 @@ func (s *Sandbox) finish() (*Result, error) {
 	if err := s.cg.destroy(); err != nil {
 		errs = append(errs, fmt.Errorf("remove cgroup of %s: %w", s.ID, err))
 	}
-	s.lock.release()
+	// On failure the lock file stays, unlocked: the next Cleanup retries.
+	s.lock.release(len(errs) == 0)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -305,13 +340,14 @@ func (s *Sandbox) finish() (*Result, error) {
 }
 
 func (s *Sandbox) start(spec *Spec) error {
+	base := s.HostUID - sandboxUID
 	p := &spec.Policy
 	cfg := initConfig{
 		Argv:      spec.Argv,
 		Env:       defaultEnv(p),
 		Workdir:   p.Workdir,
 		Hostname:  hostname,
-		RootDir:   filepath.Join(StateDir, "root"),
+		RootDir:   RootMountDir,
 		DiskBytes: p.DiskBytes,
 		Pids:      p.Pids,
 		Mounts:    p.Mounts,
@@ -345,12 +381,12 @@ func (s *Sandbox) start(spec *Spec) error {
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 			UidMappings: []syscall.SysProcIDMap{
-				{ContainerID: 0, HostID: hostIDBase, Size: 1},
-				{ContainerID: sandboxUID, HostID: hostIDBase + sandboxUID, Size: 1},
+				{ContainerID: 0, HostID: base, Size: 1},
+				{ContainerID: sandboxUID, HostID: base + sandboxUID, Size: 1},
 			},
 			GidMappings: []syscall.SysProcIDMap{
-				{ContainerID: 0, HostID: hostIDBase, Size: 1},
-				{ContainerID: sandboxGID, HostID: hostIDBase + sandboxGID, Size: 1},
+				{ContainerID: 0, HostID: base, Size: 1},
+				{ContainerID: sandboxGID, HostID: base + sandboxGID, Size: 1},
 			},
 			// Without an explicit credential the child would keep host
 			// uid 0 (unmapped, but still the owner of root's files).
@@ -404,11 +440,8 @@ func (s *Sandbox) start(spec *Spec) error {
 	// when the sandbox dies. Bound both.
 	cmd.WaitDelay = time.Second
 
-	// Pdeathsig fires when the thread that forked dies, not the process:
-	// keep this goroutine on one thread until Start returns.
-	runtime.LockOSThread()
-	err = cmd.Start()
-	runtime.UnlockOSThread()
+	// Fork on the spawner thread, as the namespace's owner (spawn.go).
+	err = asOwner(base, cmd.Start)
 	closeAll(handed)
 	releaseCgroup()
 	if err != nil {
@@ -470,7 +503,9 @@ func openMounts(mounts []policy.Mount) ([]*os.File, error) {
 			return files, fmt.Errorf("mount source %s: %w", m.Source, err)
 		}
 		files = append(files, os.NewFile(uintptr(fd), m.Source))
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		// Private: a clone keeps the host mount's shared propagation, and
+		// mounts made below it inside the sandbox would appear on the host.
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 		if m.ReadOnly {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}
@@ -526,9 +561,3 @@ func newID() (string, error) {
 	}
 	return hex.EncodeToString(b[:]), nil
 }
-
-// Host uids of a sandbox's root and of its user, as seen from the host.
-const (
-	HostRootUID = hostIDBase
-	HostUserUID = hostIDBase + sandboxUID
-)

@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -25,6 +28,8 @@ func TestMain(m *testing.M) {
 	if IsInit() {
 		Init()
 	}
+	lo, hi := HostUIDs()
+	airlocktest.SandboxUIDs = [2]int{lo, hi}
 	os.Exit(m.Run())
 }
 
@@ -50,7 +55,7 @@ func runIn(t *testing.T, p policy.Policy, argv ...string) outcome {
 	if err != nil {
 		t.Fatalf("Run(%q): %v", argv, err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+	airlocktest.CheckNoLeftovers(t, StateDir)
 	return outcome{res, stdout.String(), stderr.String()}
 }
 
@@ -140,7 +145,7 @@ func TestHostView(t *testing.T) {
 	var pids []int
 	for deadline := time.Now().Add(10 * time.Second); len(pids) == 0 && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
-		for _, pid := range airlocktest.ProcsOfUID(HostUserUID) {
+		for _, pid := range airlocktest.SandboxProcs() {
 			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) == "sleep\n" {
 				pids = append(pids, pid)
 			}
@@ -152,9 +157,11 @@ func TestHostView(t *testing.T) {
 	for _, pid := range pids {
 		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		st := statusFields(t, string(status))
-		want := strconv.Itoa(HostUserUID)
-		if f := strings.Fields(st["Uid"]); len(f) != 4 || f[0] != want || f[1] != want || f[2] != want || f[3] != want {
-			t.Errorf("pid %d host uids %q, want all %s", pid, st["Uid"], want)
+		f := strings.Fields(st["Uid"])
+		uid, _ := strconv.Atoi(f[0])
+		lo, hi := HostUIDs()
+		if len(f) != 4 || f[1] != f[0] || f[2] != f[0] || f[3] != f[0] || uid < lo || uid >= hi || (uid-lo)%hostIDRange != sandboxUID {
+			t.Errorf("pid %d host uids %q, want all the same, user 1000 of a sandbox range in [%d, %d)", pid, st["Uid"], lo, hi)
 		}
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		for _, c := range cgroupV1Controllers {
@@ -294,6 +301,11 @@ call("iopl", 172, 3)
 call("clone_newuser", 56, 0x10000000 | 17, 0, 0, 0, 0)
 call("clone3", 435, 0, 0)
 call("x32_getpid", 0x40000000 | 39)
+call("mbind", 237, 0, 0, 0, 0, 0, 0)
+call("personality_noaslr", 135, 0x0040000)
+call("socket_vsock", 41, 40, 1, 0)
+call("socket_alg", 41, 38, 5, 0)
+call("socketpair_vsock", 53, 40, 1, 0, 0)
 import fcntl, termios
 m, s = os.openpty()
 try:
@@ -301,8 +313,12 @@ try:
 except OSError as e:
     print("TIOCSTI", errno.errorcode[e.errno])
 call("getpid", 39)
+call("personality_query", 135, 0xffffffff)
+call("socket_inet", 41, 2, 1, 0)
+call("socket_unix", 41, 1, 1, 0)
 `).mustSucceed(t)
-	want := map[string]string{"clone3": "ENOSYS", "getpid": "OK"}
+	want := map[string]string{"clone3": "ENOSYS", "getpid": "OK", "personality_query": "OK", "socket_inet": "OK",
+		"socket_unix": "OK", "socket_vsock": "EAFNOSUPPORT", "socket_alg": "EAFNOSUPPORT", "socketpair_vsock": "EAFNOSUPPORT"}
 	for _, line := range strings.Split(strings.TrimSpace(o.stdout), "\n") {
 		name, got, _ := strings.Cut(line, " ")
 		w, ok := want[name]
@@ -509,7 +525,7 @@ func TestSetupFailureIsAnError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"no-such-command" not found`) {
 		t.Errorf("got %v, want a setup error naming the command", err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+	airlocktest.CheckNoLeftovers(t, StateDir)
 }
 
 func TestContextCancelKills(t *testing.T) {
@@ -520,7 +536,7 @@ func TestContextCancelKills(t *testing.T) {
 	if err != context.DeadlineExceeded {
 		t.Errorf("got %v, want context.DeadlineExceeded", err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+	airlocktest.CheckNoLeftovers(t, StateDir)
 }
 
 // TestCleanupAfterCrash kills the airlock process (here a child process
@@ -533,7 +549,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.ProcsOfUID(HostUserUID)) == 0; {
+	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) == 0; {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -544,9 +560,9 @@ func TestCleanupAfterCrash(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	// The parent-death signal takes the sandbox down.
-	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.ProcsOfUID(HostUserUID)) > 0; {
+	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) > 0; {
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox processes outlived their airlock: %v", airlocktest.ProcsOfUID(HostUserUID))
+			t.Fatalf("sandbox processes outlived their airlock: %v", airlocktest.SandboxProcs())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -556,7 +572,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 	if err := Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+	airlocktest.CheckNoLeftovers(t, StateDir)
 }
 
 // TestHelperLongRun is not a test: TestCleanupAfterCrash runs it in a child.
@@ -608,5 +624,105 @@ func TestStartWithFilesAndSelf(t *testing.T) {
 	if want := fmt.Sprintf("%d\nfrom-stdin\n", self.Size()); stdout.String() != want {
 		t.Errorf("stdout %q, want %q (binary size, then stdin; never writable)", stdout.String(), want)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir, HostRootUID, HostUserUID)
+	airlocktest.CheckNoLeftovers(t, StateDir)
+}
+
+// TestUserNamespaceOwner: the sandbox's user namespace belongs to an
+// unprivileged host uid, so what the sandbox uses of per-user kernel
+// budgets is not charged to host root. Here the sandbox takes every
+// inotify instance it may have while the host (root) still gets one.
+func TestUserNamespaceOwner(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	sb, err := Start(&Spec{Policy: testPolicy(), ExtraFiles: []*os.File{w}, Argv: []string{"/usr/bin/python3", "-c", `
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = libc.inotify_init1(0)
+    if fd < 0: break
+    fds.append(fd)
+os.write(3, b"%d\n" % len(fds))
+time.sleep(30)
+`}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sb.Kill(); sb.Wait() }()
+	line := make([]byte, 32)
+	n, _ := r.Read(line)
+	if got, _ := strconv.Atoi(strings.TrimSpace(string(line[:n]))); got < 100 {
+		t.Fatalf("sandbox got %q inotify instances, expected its whole budget", line[:n])
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("host root cannot create an inotify instance while a sandbox holds its own: %v", err)
+	}
+	unix.Close(fd)
+	// NS_GET_OWNER_UID on the sandbox's user namespace.
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", sb.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var owner uint32
+	const nsGetOwnerUID = 0xb704
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&owner))); e != 0 {
+		t.Fatal(e)
+	}
+	if int(owner) != sb.HostUID-sandboxUID {
+		t.Errorf("user namespace owned by host uid %d, want the sandbox's %d", owner, sb.HostUID-sandboxUID)
+	}
+}
+
+// TestNoLeakedFiles: the command gets stdin, stdout, stderr and nothing
+// else, even when the airlock process holds inheritable descriptors.
+func TestNoLeakedFiles(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY, 0) // no O_CLOEXEC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dir)
+	o := python(t, testPolicy(), `import os; print(sorted(int(f) for f in os.listdir("/proc/self/fd")))`).mustSucceed(t)
+	// 0-2, plus the descriptor listdir itself holds open.
+	if o.stdout != "[0, 1, 2, 3]\n" {
+		t.Errorf("descriptors in the sandbox: %s", o.stdout)
+	}
+}
+
+func TestFileNamesAreSingleElements(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	for _, name := range []string{"../escape", "a/b", "..", ""} {
+		_, err := Run(t.Context(), &Spec{Policy: testPolicy(), Argv: []string{"/bin/true"}, Files: []File{{Name: name, Data: []byte("x")}}})
+		if err == nil || !strings.Contains(err.Error(), "single path element") {
+			t.Errorf("file name %q: got %v, want a refusal", name, err)
+		}
+	}
+}
+
+// TestMountPropagationStaysInside: mounts made inside a bound directory
+// never appear on the host, even when the host mount is shared.
+func TestMountPropagationStaysInside(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o777)
+	// Make dir a shared mount point of its own, like / on systemd hosts.
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy()
+	p.Mounts = []policy.Mount{{Source: dir, Target: "/data"}}
+	// Init itself mounts nothing below /data, but the tree must be private
+	// before anything could: check the propagation the sandbox sees.
+	o := sh(t, p, `grep ' /data ' /proc/self/mountinfo`).mustSucceed(t)
+	if strings.Contains(o.stdout, "shared:") {
+		t.Errorf("the bound tree is still shared with the host: %s", o.stdout)
+	}
 }

@@ -69,7 +69,36 @@ func seccompFilter() []unix.SockFilter {
 		stmt(ret, unix.SECCOMP_RET_ALLOW),
 		stmt(ret, errno(unix.EPERM)),
 	)
-	// 6. clone with namespace flags (low 32 bits of arg 0), then allow.
+	// 6. Sockets only of the families code uses: a network namespace does
+	// not cover the others (AF_VSOCK reaches the hypervisor, AF_ALG the
+	// kernel's crypto code). A refused family looks absent to libc.
+	prog = append(prog,
+		stmt(ld, offNr),
+		jump(jeq, unix.SYS_SOCKET, 1, 0),
+		jump(jeq, unix.SYS_SOCKETPAIR, 0, 7),
+		stmt(ld, offArg0),
+		jump(jeq, unix.AF_UNIX, 4, 0),
+		jump(jeq, unix.AF_INET, 3, 0),
+		jump(jeq, unix.AF_INET6, 2, 0),
+		jump(jeq, unix.AF_NETLINK, 1, 0),
+		stmt(ret, errno(unix.EAFNOSUPPORT)),
+		stmt(ret, unix.SECCOMP_RET_ALLOW),
+	)
+	// 7. personality: only the harmless values Docker's profile allows; the
+	// others turn off ASLR or change how the kernel reads a binary.
+	prog = append(prog,
+		stmt(ld, offNr),
+		jump(jeq, unix.SYS_PERSONALITY, 0, 8),
+		stmt(ld, offArg0),
+		jump(jeq, 0x0, 5, 0), // PER_LINUX
+		jump(jeq, 0x8, 4, 0), // PER_LINUX32
+		jump(jeq, 0x20000, 3, 0),
+		jump(jeq, 0x20008, 2, 0),
+		jump(jeq, 0xffffffff, 1, 0), // query
+		stmt(ret, errno(unix.EPERM)),
+		stmt(ret, unix.SECCOMP_RET_ALLOW),
+	)
+	// 8. clone with namespace flags (low 32 bits of arg 0), then allow.
 	prog = append(prog,
 		stmt(ld, offNr),
 		jump(jeq, unix.SYS_CLONE, 0, 3),

@@ -39,4 +39,7 @@ var deniedSyscalls = []uintptr{
 	unix.SYS_ACCT, unix.SYS_QUOTACTL, unix.SYS_QUOTACTL_FD,
 	unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME, unix.SYS_CLOCK_ADJTIME, unix.SYS_ADJTIMEX,
 	unix.SYS_SYSLOG, unix.SYS_VHANGUP, unix.SYS_SETHOSTNAME, unix.SYS_SETDOMAINNAME,
+	// NUMA placement: Docker allows it only with CAP_SYS_NICE
+	unix.SYS_MBIND, unix.SYS_SET_MEMPOLICY, unix.SYS_MIGRATE_PAGES, unix.SYS_MOVE_PAGES,
+	unix.SYS_SET_MEMPOLICY_HOME_NODE,
 }

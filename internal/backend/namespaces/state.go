@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,12 +21,12 @@ type runLock struct {
 }
 
 func prepareStateDir() error {
-	// 0755: the sandbox's init runs as an unprivileged host uid and must be
-	// able to walk to root/, the (empty) directory it mounts its root on.
-	for _, d := range []string{StateDir, filepath.Join(StateDir, "root"), filepath.Join(StateDir, "runs")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("state directory: %w", err)
-		}
+	if err := os.MkdirAll(filepath.Join(StateDir, "runs"), 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	// 0755: init, an unprivileged host uid, walks to it.
+	if err := os.MkdirAll(RootMountDir, 0o755); err != nil {
+		return fmt.Errorf("sandbox mount point: %w", err)
 	}
 	return nil
 }
@@ -51,8 +52,12 @@ func lockRun(id string) (*runLock, error) {
 	return &runLock{path: p, f: tmp}, nil
 }
 
-func (l *runLock) release() {
-	os.Remove(l.path)
+// release unlocks; remove says whether the sandbox is entirely gone, so
+// that its lock file can go too.
+func (l *runLock) release(remove bool) {
+	if remove {
+		os.Remove(l.path)
+	}
 	l.f.Close()
 }
 
@@ -70,6 +75,13 @@ func Cleanup() error {
 	var errs []error
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
+		if strings.HasPrefix(e.Name(), ".") {
+			// A temporary name is a lock being created: locking it would
+			// make its owner fail. Only an old one is a crash's leftover.
+			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
+				continue
+			}
+		}
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if err != nil {
 			continue // removed by its owner meanwhile

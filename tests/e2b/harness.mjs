@@ -1,0 +1,49 @@
+// Starts a real `airlock serve` for the tests and points the SDK at it.
+import { spawn } from 'node:child_process'
+import { mkdtempSync, rmSync, readdirSync, existsSync } from 'node:fs'
+import { randomBytes } from 'node:crypto'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { createInterface } from 'node:readline'
+
+const bin = process.env.AIRLOCK_BIN ?? resolve(import.meta.dirname, '../../bin/airlock')
+
+export async function startServer(extraArgs = []) {
+  const stateDir = mkdtempSync(join(tmpdir(), 'airlock-e2b-test-'))
+  const apiKey = 'e2b_' + randomBytes(20).toString('hex')
+  const proc = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...extraArgs], {
+    env: { ...process.env, AIRLOCK_API_KEY: apiKey },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let log = ''
+  proc.stderr.on('data', (d) => { log += d })
+  const env = {}
+  const lines = createInterface({ input: proc.stdout })
+  await new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error('airlock serve did not start:\n' + log)), 15000)
+    proc.on('exit', (code) => fail(new Error(`airlock serve exited with ${code}:\n${log}`)))
+    lines.on('line', (line) => {
+      const [k, ...v] = line.split('=')
+      env[k] = v.join('=')
+      if (k === 'E2B_SANDBOX_URL') { clearTimeout(timer); ok() }
+    })
+  })
+  Object.assign(process.env, env)
+  return {
+    env,
+    apiKey,
+    stateDir,
+    log: () => log,
+    async stop() {
+      const exited = new Promise((ok) => proc.on('exit', (code, sig) => ok({ code, sig })))
+      proc.kill('SIGTERM')
+      const res = await exited
+      const runs = join(stateDir, 'run', 'runs')
+      const left = existsSync(runs) ? readdirSync(runs) : []
+      rmSync(stateDir, { recursive: true, force: true })
+      return { ...res, leftover: left }
+    },
+  }
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))

@@ -1,0 +1,232 @@
+// The official E2B SDK (npm "e2b", pinned in package.json) against a real
+// airlock serve: only E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL change.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
+import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
+import { startServer, sleep } from './harness.mjs'
+
+let server
+before(async () => { server = await startServer() })
+after(async () => {
+  const { code, leftover } = await server.stop()
+  assert.equal(code, 0, 'airlock serve exits 0 on SIGTERM')
+  assert.deepEqual(leftover, [], 'no sandbox outlives the daemon')
+})
+
+test('create with metadata, envs and timeout; list and filter', async () => {
+  const tag = Math.random().toString(36).slice(2)
+  const a = await Sandbox.create({ metadata: { suite: tag, role: 'a' }, envs: { GREETING: 'hi' }, timeoutMs: 120_000 })
+  const b = await Sandbox.create({ metadata: { suite: tag, role: 'b' } })
+  try {
+    const info = await a.getInfo()
+    assert.deepEqual(info.metadata, { suite: tag, role: 'a' })
+    assert.equal(info.templateId, 'base')
+    const ttl = info.endAt.getTime() - Date.now()
+    assert.ok(ttl > 100_000 && ttl <= 120_000, `endAt ${ttl} ms away`)
+
+    const both = await Sandbox.list({ query: { metadata: { suite: tag } } }).nextItems()
+    assert.deepEqual(both.map((s) => s.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort())
+    const onlyB = await Sandbox.list({ query: { metadata: { suite: tag, role: 'b' } } }).nextItems()
+    assert.deepEqual(onlyB.map((s) => s.sandboxId), [b.sandboxId])
+
+    const pager = Sandbox.list({ query: { metadata: { suite: tag } }, limit: 1 })
+    const first = await pager.nextItems()
+    assert.equal(first.length, 1)
+    assert.ok(pager.hasNext)
+    const second = await pager.nextItems()
+    assert.equal(second.length, 1)
+    assert.notEqual(first[0].sandboxId, second[0].sandboxId)
+
+    const r = await a.commands.run('echo $GREETING')
+    assert.equal(r.stdout, 'hi\n', 'envVars from create reach every process')
+  } finally {
+    await a.kill()
+    await b.kill()
+  }
+})
+
+test('commands.run: exit codes, stderr, envs, cwd, user', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const ok = await sbx.commands.run('echo out; echo err >&2; id -un; pwd')
+    assert.equal(ok.exitCode, 0)
+    assert.equal(ok.stdout, 'out\nuser\n/home/user\n')
+    assert.equal(ok.stderr, 'err\n')
+
+    await assert.rejects(sbx.commands.run('echo bad >&2; exit 3'), (e) => {
+      assert.ok(e instanceof CommandExitError)
+      assert.equal(e.exitCode, 3)
+      assert.equal(e.stderr, 'bad\n')
+      return true
+    })
+    const env = await sbx.commands.run('echo "$A $B"; pwd', { envs: { A: '1', B: 'two words' }, cwd: '/tmp' })
+    assert.equal(env.stdout, '1 two words\n/tmp\n')
+
+    let streamed = ''
+    await sbx.commands.run('for i in 1 2 3; do echo $i; done', { onStdout: (d) => { streamed += d } })
+    assert.equal(streamed, '1\n2\n3\n')
+
+    await assert.rejects(sbx.commands.run('true', { user: 'root' }), /not available/)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('background command, connect, list and kill', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const bg = await sbx.commands.run('i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done', { background: true })
+    const listed = await sbx.commands.list()
+    assert.ok(listed.some((p) => p.pid === bg.pid), 'listed')
+    await bg.disconnect()
+    await sleep(200)
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'still running after disconnect')
+
+    let seen = ''
+    const again = await sbx.commands.connect(bg.pid, { onStdout: (d) => { seen += d } })
+    await sleep(300)
+    assert.match(seen, /tick \d+/)
+    assert.equal(await sbx.commands.kill(bg.pid), true)
+    await assert.rejects(again.wait(), CommandExitError)
+    assert.ok(!(await sbx.commands.list()).some((p) => p.pid === bg.pid), 'gone after kill')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('stdin: send and close', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const cat = await sbx.commands.run('tr a-z A-Z', { background: true, stdin: true })
+    await sbx.commands.sendStdin(cat.pid, 'hello ')
+    await sbx.commands.sendStdin(cat.pid, 'stdin\n')
+    await sbx.commands.closeStdin(cat.pid)
+    const r = await cat.wait()
+    assert.equal(r.stdout, 'HELLO STDIN\n')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('pty: a terminal with input, resize and output', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    let out = ''
+    const dec = new TextDecoder()
+    const pty = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => { out += dec.decode(d) } })
+    await sbx.pty.resize(pty.pid, { cols: 120, rows: 40 })
+    await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('stty size; tty; echo SUM=$((40+2)); exit\n'))
+    await pty.wait()
+    assert.match(out, /40 120/)
+    assert.match(out, /\/dev\/pts\/\d+/)
+    assert.match(out, /SUM=42/)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('files: write, read, list, exists, rename, makeDir, remove', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const w = await sbx.files.write('/home/user/notes/a.txt', 'alpha')
+    assert.equal(w.path, '/home/user/notes/a.txt')
+    assert.equal(await sbx.files.read('/home/user/notes/a.txt'), 'alpha')
+    assert.equal(await sbx.files.read('notes/a.txt'), 'alpha', 'relative paths start at home')
+    await sbx.files.write([{ path: '/tmp/m1', data: 'one' }, { path: '/tmp/m2', data: new Blob(['two']) }])
+    assert.equal(await sbx.files.read('/tmp/m2'), 'two')
+
+    const entries = await sbx.files.list('/home/user/notes')
+    assert.deepEqual(entries.map((e) => [e.name, e.type, e.size]), [['a.txt', 'file', 5]])
+    assert.equal(await sbx.files.exists('/home/user/notes/a.txt'), true)
+    assert.equal(await sbx.files.exists('/home/user/nope'), false)
+
+    assert.equal(await sbx.files.makeDir('/home/user/d/e'), true)
+    assert.equal(await sbx.files.makeDir('/home/user/d/e'), false, 'existing dir')
+    const moved = await sbx.files.rename('/home/user/notes/a.txt', '/home/user/d/e/b.txt')
+    assert.equal(moved.path, '/home/user/d/e/b.txt')
+    const deep = await sbx.files.list('/home/user/d', { depth: 2 })
+    assert.deepEqual(deep.map((e) => e.path).sort(), ['/home/user/d/e', '/home/user/d/e/b.txt'])
+    await sbx.files.remove('/home/user/d')
+    assert.equal(await sbx.files.exists('/home/user/d'), false)
+    await assert.rejects(sbx.files.read('/home/user/d/e/b.txt'))
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('files: a 50 MB upload and download, streamed', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const big = Buffer.alloc(50 << 20)
+    for (let i = 0; i < big.length; i += 4096) big.writeUInt32LE(i, i)
+    const sha = (b) => createHash('sha256').update(b).digest('hex')
+    await sbx.files.write('/home/user/big.bin', big)
+    const check = await sbx.commands.run('sha256sum /home/user/big.bin')
+    assert.equal(check.stdout.split(' ')[0], sha(big))
+    const back = await sbx.files.read('/home/user/big.bin', { format: 'bytes' })
+    assert.equal(back.length, big.length)
+    assert.equal(sha(back), sha(big))
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('watchDir reports changes, recursively', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    await sbx.files.makeDir('/home/user/w/sub')
+    const events = []
+    const watcher = await sbx.files.watchDir('/home/user/w', (e) => events.push(`${e.type}:${e.name}`), { recursive: true })
+    await sbx.files.write('/home/user/w/top.txt', '1')
+    await sbx.commands.run('echo x > /home/user/w/sub/deep.txt; rm /home/user/w/top.txt')
+    for (let i = 0; i < 50 && !events.includes('remove:top.txt'); i++) await sleep(50)
+    await watcher.stop()
+    assert.ok(events.includes('create:top.txt'), events.join(' '))
+    assert.ok(events.includes('create:sub/deep.txt'), events.join(' '))
+    assert.ok(events.includes('remove:top.txt'), events.join(' '))
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('setTimeout, TTL expiry and kill', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000 })
+  await sbx.setTimeout(2_000)
+  const info = await sbx.getInfo()
+  assert.ok(info.endAt.getTime() - Date.now() <= 2_000)
+  assert.equal(await sbx.isRunning(), true)
+  await sleep(3_000)
+  assert.equal(await sbx.isRunning(), false, 'expired')
+  const ids = (await Sandbox.list().nextItems()).map((s) => s.sandboxId)
+  assert.ok(!ids.includes(sbx.sandboxId))
+
+  const k = await Sandbox.create()
+  assert.equal(await Sandbox.kill(k.sandboxId), true)
+  assert.equal(await Sandbox.kill(k.sandboxId), false, 'already gone')
+  assert.equal(await k.isRunning(), false)
+})
+
+test('auth: a wrong API key, a wrong token, another sandbox\'s token', async () => {
+  await assert.rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40) }), AuthenticationError)
+  const a = await Sandbox.create()
+  const b = await Sandbox.create()
+  try {
+    const url = process.env.E2B_SANDBOX_URL
+    const probe = (token, id) => fetch(url + '/health', {
+      headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983', ...(token && { 'X-Access-Token': token }) },
+    }).then((r) => r.status)
+    assert.equal(await probe(a.envdAccessToken, a.sandboxId), 204)
+    assert.equal(await probe(undefined, a.sandboxId), 401)
+    assert.equal(await probe('wrong', a.sandboxId), 401)
+    assert.equal(await probe(b.envdAccessToken, a.sandboxId), 401, "b's token does not open a")
+
+    const forged = await Sandbox.connect(a.sandboxId)
+    forged.commands.envdAccessToken = 'wrong'
+    const viaSdk = new Sandbox({ sandboxId: a.sandboxId, envdAccessToken: b.envdAccessToken, envdVersion: '0.5.7' })
+    await assert.rejects(viaSdk.commands.run('true'))
+  } finally {
+    await a.kill()
+    await b.kill()
+  }
+})
