@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -152,7 +153,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 
-	m := sandbox.NewManager(mcfg, nsBackend{}, log)
+	m := sandbox.NewManager(mcfg, nsBackend{log: log}, log)
 	srv := &http.Server{Handler: httpapi.New(m, key, log), ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
 	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
@@ -250,10 +251,10 @@ func apiKey(stateDir string) (string, error) {
 }
 
 // nsBackend starts sandboxes on the namespaces backend.
-type nsBackend struct{}
+type nsBackend struct{ log *slog.Logger }
 
-func (nsBackend) Start(ctx context.Context, p policy.Policy) (sandbox.Instance, error) {
-	s, err := namespaces.StartAgent(p, io.Discard)
+func (b nsBackend) Start(ctx context.Context, p policy.Policy) (sandbox.Instance, error) {
+	s, err := namespaces.StartAgent(p, &lineLog{log: b.log})
 	if err != nil {
 		return nil, err
 	}
@@ -265,4 +266,27 @@ type nsInstance struct{ *namespaces.AgentSandbox }
 func (i nsInstance) Wait() error {
 	_, err := i.AgentSandbox.Wait()
 	return err
+}
+
+// lineLog passes what an agent writes to its stderr (its own errors, a
+// crash's trace) to the daemon's log, a line at a time.
+type lineLog struct {
+	log *slog.Logger
+	buf []byte
+}
+
+func (l *lineLog) Write(b []byte) (int, error) {
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			if len(l.buf) > 4096 { // an endless line: flush what there is
+				i = len(l.buf)
+			} else {
+				return len(b), nil
+			}
+		}
+		l.log.Warn("agent", "line", string(l.buf[:i]))
+		l.buf = l.buf[min(i+1, len(l.buf)):]
+	}
 }

@@ -223,6 +223,13 @@ func callStream[Req, Resp any](r *http.Request, fn func(context.Context, *http.R
 	if _, err := io.ReadFull(r.Body, body); err != nil {
 		return errorf(CodeInvalidArgument, "read request: %v", err)
 	}
+	// Read the request to its end before answering: a server stream has
+	// one request message, and a request body still arriving while the
+	// response streams makes Go's server close the connection afterwards,
+	// under a proxy that is still sending (and then reading) on it.
+	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxMessage)); err != nil {
+		return errorf(CodeInvalidArgument, "read request: %v", err)
+	}
 	req := new(Req)
 	if n > 0 {
 		if err := json.Unmarshal(body, req); err != nil {

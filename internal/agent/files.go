@@ -100,7 +100,10 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 			}
 			dest := query
 			if dest == "" {
-				dest = part.FileName()
+				// The file name is the destination path; part.FileName()
+				// would cut it to its base name.
+				_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				dest = params["filename"]
 			}
 			wf, e := a.writeFile(dest, part)
 			if e != nil {

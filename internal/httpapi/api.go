@@ -444,6 +444,11 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/process.Process/Start" {
 		s.m.Metrics().Execs.Add(1)
 	}
+	// Streams answer while their request may still be read (the
+	// transport reads the body to its end after sending it): without full
+	// duplex, Go's server ends the request body as soon as the response
+	// starts, and the transport then drops the connection mid-stream.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
 }
 

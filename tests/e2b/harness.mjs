@@ -1,6 +1,6 @@
 // Starts a real `airlock serve` for the tests and points the SDK at it.
 import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync, readdirSync, existsSync } from 'node:fs'
+import { mkdtempSync, rmSync, readdirSync, existsSync, appendFileSync } from 'node:fs'
 import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -16,7 +16,7 @@ export async function startServer(extraArgs = []) {
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let log = ''
-  proc.stderr.on('data', (d) => { log += d })
+  proc.stderr.on('data', (d) => { log += d; if (process.env.AIRLOCK_TEST_LOG) appendFileSync(process.env.AIRLOCK_TEST_LOG, d) })
   const env = {}
   const lines = createInterface({ input: proc.stdout })
   await new Promise((ok, fail) => {
