@@ -10,7 +10,7 @@ BIN := bin/airlock
 # Debian packages the default sandbox template is expected to provide.
 APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib
 
-.PHONY: all build deps test run bench fuzz clean
+.PHONY: all build deps test test-go test-sdk run serve bench bench-run bench-serve fuzz clean
 
 all: build
 
@@ -25,15 +25,30 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-test: deps build
+test: test-go test-sdk
+
+test-go: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 ./...
+
+# The official E2B SDK (pinned in tests/e2b/package-lock.json) against a
+# real airlock serve started by the tests.
+test-sdk: deps build
+	cd tests/e2b && npm ci --no-audit --no-fund && npm test
 
 run: deps build
 	$(BIN) run -- /usr/bin/python3 -c 'import platform; print("hello from", platform.node())'
 
-bench: deps build
+serve: deps build
+	$(BIN) serve
+
+bench: bench-run bench-serve
+
+bench-run: deps build
 	$(BIN) bench -n 50
+
+bench-serve: deps build
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench.mjs
 
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy

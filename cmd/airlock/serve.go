@@ -38,14 +38,14 @@ type serveConfig struct {
 	Templates        map[string]templateConfig `json:"templates"`
 }
 
-// templateConfig overrides a template's limits and pool size.
+// templateConfig overrides a template's limits and pool size; a field
+// that is absent keeps the default, one that is present is validated.
 type templateConfig struct {
-	Memory   size     `json:"memory"`
-	Pids     int64    `json:"pids"`
-	CPUs     float64  `json:"cpus"`
-	Disk     size     `json:"disk"`
+	Memory   *size    `json:"memory"`
+	Pids     *int64   `json:"pids"`
+	CPUs     *float64 `json:"cpus"`
+	Disk     *size    `json:"disk"`
 	PoolSize *int     `json:"poolSize"`
-	Timeout  duration `json:"timeout"` // unused by sandboxes; execution timeouts come from clients
 }
 
 // duration reads "30s" style strings in JSON.
@@ -57,8 +57,11 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("want a duration like \"300s\": %w", err)
 	}
 	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"300s\")", s)
+	}
 	*d = duration(v)
-	return err
+	return nil
 }
 
 // size reads "512M" style strings in JSON.
@@ -88,6 +91,10 @@ func defaultServeConfig() serveConfig {
 }
 
 func serveCmd(args []string) error {
+	// Catch SIGTERM from the start: one that arrives while sandboxes are
+	// being started must still shut down cleanly, not kill the daemon.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	cfg := defaultServeConfig()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -159,8 +166,6 @@ func serveCmd(args []string) error {
 	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
 	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -200,17 +205,17 @@ func managerConfig(cfg *serveConfig, poolSize int) (sandbox.Config, error) {
 			size = poolSize
 		}
 		if tc, ok := cfg.Templates[name]; ok {
-			if tc.Memory > 0 {
-				p.MemoryBytes = int64(tc.Memory)
+			if tc.Memory != nil {
+				p.MemoryBytes = int64(*tc.Memory)
 			}
-			if tc.Pids > 0 {
-				p.Pids = tc.Pids
+			if tc.Pids != nil {
+				p.Pids = *tc.Pids
 			}
-			if tc.CPUs > 0 {
-				p.CPUs = tc.CPUs
+			if tc.CPUs != nil {
+				p.CPUs = *tc.CPUs
 			}
-			if tc.Disk > 0 {
-				p.DiskBytes = int64(tc.Disk)
+			if tc.Disk != nil {
+				p.DiskBytes = int64(*tc.Disk)
 			}
 			if tc.PoolSize != nil && poolSize < 0 {
 				size = *tc.PoolSize

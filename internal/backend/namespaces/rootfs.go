@@ -16,7 +16,7 @@ import (
 var hostEtc = []string{
 	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "matplotlibrc",
 	"ssl", "ca-certificates", "localtime", "mime.types", "python3", "python3.11", "python3.12",
-	"python3.13", "bash.bashrc", "profile", "inputrc", "gai.conf",
+	"python3.13", "bash.bashrc", "inputrc", "gai.conf",
 }
 
 // hostRootLinks are the merged-/usr top-level entries: symlinks on a
@@ -345,6 +345,11 @@ func generatedEtc(hostname string) map[string][]byte {
 		"hostname":      []byte(hostname + "\n"),
 		"resolv.conf":   []byte("# no network in this sandbox\n"),
 		"nsswitch.conf": []byte("passwd: files\ngroup: files\nhosts: files\n"),
+		// Every command of the E2B SDK runs in a login shell (bash -l -c):
+		// the host's /etc/profile (forks of id, profile.d scripts) would
+		// cost each one milliseconds. The environment is already set.
+		"profile": []byte("# Airlock sandbox: the environment comes from the sandbox.\n" +
+			"if [ -n \"${BASH_VERSION-}\" ] && [ -n \"${PS1-}\" ] && [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi\n"),
 	}
 }
 

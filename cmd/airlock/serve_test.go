@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+)
+
+// server is a running airlock serve.
+type server struct {
+	cmd      *exec.Cmd
+	url, key string
+	stateDir string
+}
+
+func startServe(t *testing.T, stateDir string, args ...string) *server {
+	t.Helper()
+	airlocktest.RequiresRoot(t)
+	cmd := exec.Command(airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)...)
+	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY=e2b_test_key")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, key: "e2b_test_key", stateDir: stateDir}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "E2B_API_URL="); ok {
+			s.url = v
+			break
+		}
+	}
+	if s.url == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("airlock serve did not start: %s", logs.String())
+	}
+	go io.Copy(io.Discard, out)
+	return s
+}
+
+// stop ends the server with SIGTERM and checks it leaves nothing behind.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("airlock serve exited with %v after SIGTERM", err)
+	}
+	airlocktest.CheckNoLeftovers(t, filepath.Join(s.stateDir, "run"))
+}
+
+func (s *server) do(t *testing.T, method, path string, body any, hdr map[string]string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.url+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+type created struct {
+	SandboxID       string `json:"sandboxID"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+func (s *server) create(t *testing.T) created {
+	t.Helper()
+	code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base"}, map[string]string{"X-API-KEY": s.key})
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var c created
+	json.Unmarshal(body, &c)
+	return c
+}
+
+func sandboxHeaders(c created, token string) map[string]string {
+	return map[string]string{"E2b-Sandbox-Id": c.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+}
+
+// run runs a shell command in the sandbox through the gateway, speaking
+// Connect's streaming framing by hand, and returns its stdout.
+func (s *server) run(t *testing.T, c created, script string) string {
+	t.Helper()
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", script}}})
+	frame := append([]byte{0, 0, 0, 0, 0}, msg...)
+	binary.BigEndian.PutUint32(frame[1:5], uint32(len(msg)))
+	req, _ := http.NewRequest("POST", s.url+"/process.Process/Start", bytes.NewReader(frame))
+	req.Header.Set("Content-Type", "application/connect+json")
+	for k, v := range sandboxHeaders(c, c.EnvdAccessToken) {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var stdout []byte
+	for {
+		var hdr [5]byte
+		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			t.Fatalf("stream ended without its end frame: %v", err)
+		}
+		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+		io.ReadFull(resp.Body, data)
+		if hdr[0]&2 != 0 {
+			if string(data) != "{}" {
+				t.Fatalf("stream error: %s", data)
+			}
+			return string(stdout)
+		}
+		var ev struct {
+			Event struct {
+				Data *struct{ Stdout []byte } `json:"data"`
+			} `json:"event"`
+		}
+		json.Unmarshal(data, &ev)
+		if ev.Event.Data != nil {
+			stdout = append(stdout, ev.Event.Data.Stdout...)
+		}
+	}
+}
+
+func TestServeAuthAndRouting(t *testing.T) {
+	s := startServe(t, t.TempDir(), "--pool-size", "1")
+	defer s.stop(t)
+	key := map[string]string{"X-API-KEY": s.key}
+	a, b := s.create(t), s.create(t)
+	for _, tc := range []struct {
+		name         string
+		method, path string
+		body         any
+		hdr          map[string]string
+		want         int
+	}{
+		{"no API key", "GET", "/v2/sandboxes", nil, nil, 401},
+		{"wrong API key", "GET", "/v2/sandboxes", nil, map[string]string{"X-API-KEY": "e2b_wrong"}, 401},
+		{"list", "GET", "/v2/sandboxes", nil, key, 200},
+		{"unknown sandbox", "GET", "/sandboxes/inope", nil, key, 404},
+		{"unknown template", "POST", "/v2/sandboxes", map[string]any{"templateID": "nope"}, key, 400},
+		{"internet asked", "POST", "/v2/sandboxes", map[string]any{"allow_internet_access": true}, key, 400},
+		{"bad timeout", "POST", "/v2/sandboxes", map[string]any{"timeout": -5}, key, 400},
+		{"bad json", "POST", "/v2/sandboxes", "{", key, 400},
+		{"own token", "GET", "/health", nil, sandboxHeaders(a, a.EnvdAccessToken), 204},
+		{"no token", "GET", "/health", nil, sandboxHeaders(a, ""), 401},
+		{"other sandbox's token", "GET", "/health", nil, sandboxHeaders(a, b.EnvdAccessToken), 401},
+		{"gone sandbox", "GET", "/health", nil, sandboxHeaders(created{SandboxID: "inope"}, "x"), 502},
+		{"private agent path", "POST", "/airlock/setup", map[string]any{"envVars": map[string]string{"X": "1"}}, sandboxHeaders(a, a.EnvdAccessToken), 404},
+		{"unserved port", "GET", "/health", nil, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "8080", "X-Access-Token": a.EnvdAccessToken}, 502},
+		{"daemon health", "GET", "/health", nil, nil, 200},
+		{"metrics", "GET", "/metrics", nil, nil, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := s.do(t, tc.method, tc.path, tc.body, tc.hdr)
+			if code != tc.want {
+				t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, body, tc.want)
+			}
+			if strings.Contains(string(body), s.stateDir) || strings.Contains(string(body), ".sock") {
+				t.Errorf("response leaks host paths: %s", body)
+			}
+		})
+	}
+	_, metrics := s.do(t, "GET", "/metrics", nil, nil)
+	for _, m := range []string{`airlock_sandboxes_running{template="base"} 2`, "airlock_sandbox_create_seconds_bucket", "airlock_pool_ready"} {
+		if !strings.Contains(string(metrics), m) {
+			t.Errorf("metrics lack %q:\n%s", m, metrics)
+		}
+	}
+}
+
+// TestServeHostFilesUnreachable: a path that climbs out, or a symlink the
+// sandbox plants towards a host file, resolves inside the sandbox.
+func TestServeHostFilesUnreachable(t *testing.T) {
+	secret := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-host-secret-%d", os.Getpid()))
+	if err := os.WriteFile(secret, []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(secret)
+	s := startServe(t, t.TempDir(), "--pool-size", "0")
+	defer s.stop(t)
+	c := s.create(t)
+	if out := s.run(t, c, "ln -s "+secret+" /home/user/link; ln -s / /home/user/root; echo ok"); out != "ok\n" {
+		t.Fatalf("planting symlinks: %q", out)
+	}
+	for _, p := range []string{"/home/user/link", "/home/user/root" + secret, "../../.." + secret, secret} {
+		code, body := s.do(t, "GET", "/files?path="+p, nil, sandboxHeaders(c, c.EnvdAccessToken))
+		if strings.Contains(string(body), "host secret") {
+			t.Errorf("GET /files?path=%s returned the host's file", p)
+		}
+		if code != 404 {
+			t.Errorf("GET /files?path=%s: %d %s, want 404", p, code, body)
+		}
+	}
+}
+
+// TestServeCrashRecovery: after kill -9 of the daemon its sandboxes die
+// with it, and the next start removes what they left.
+func TestServeCrashRecovery(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir, "--pool-size", "1")
+	c := s.create(t)
+	if out := s.run(t, c, "echo alive"); out != "alive\n" {
+		t.Fatalf("sandbox not working: %q", out)
+	}
+	runs := filepath.Join(dir, "run", "runs")
+	before, _ := os.ReadDir(runs)
+	if len(before) == 0 {
+		t.Fatal("no run locks while sandboxes ran")
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox processes outlived the daemon: %v", airlocktest.SandboxProcs())
+		}
+	}
+	s2 := startServe(t, dir, "--pool-size", "0")
+	for _, e := range before {
+		if _, err := os.Stat(filepath.Join(runs, e.Name())); err == nil {
+			t.Errorf("run lock %s survived the restart", e.Name())
+		}
+		if m, _ := filepath.Glob("/sys/fs/cgroup/*/airlock-" + e.Name()); len(m) > 0 {
+			t.Errorf("cgroups of the killed daemon's sandbox survived the restart: %v", m)
+		}
+	}
+	s2.stop(t)
+}
+
+func TestServeBadConfig(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "airlock.json")
+	for _, tc := range []struct {
+		config string
+		args   []string
+		want   string
+	}{
+		{`{"templates": {"gpu": {}}}`, nil, `unknown template "gpu"`},
+		{`{"templates": {"base": {"memory": "0"}}}`, nil, "memory limit 0 is below"},
+		{`{"defaultTimeout": "soon"}`, nil, `invalid duration "soon"`},
+		{`{"listne": "x"}`, nil, `unknown field "listne"`},
+		{`{}`, []string{"--listen", "256.0.0.1:1"}, "listen on 256.0.0.1:1"},
+		{`{"templates": {"base": {"poolSize": -1}}}`, nil, "pool size -1 is out of range"},
+		{`{}`, []string{"extra"}, `unexpected argument "extra"`},
+	} {
+		os.WriteFile(cfg, []byte(tc.config), 0o644)
+		// Port 0: should a case not fail, it must not take a real port.
+		args := append([]string{"serve", "--config", cfg, "--state-dir", dir, "--listen", "127.0.0.1:0"}, tc.args...)
+		r := airlockWithin(t, 10*time.Second, args...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != 2 || len(lines) != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("config %s %v: exit %d stderr %q, want 2 and one line with %q", tc.config, tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// airlockWithin runs airlock and kills it if it has not exited after d:
+// a server that was expected to refuse its config must not hang the test.
+func airlockWithin(t *testing.T, d time.Duration, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(airlockBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(d, func() { cmd.Process.Signal(syscall.SIGTERM) })
+	defer timer.Stop()
+	cmd.Wait()
+	return cliResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}

@@ -1,0 +1,75 @@
+// Benchmark of airlock serve through the official E2B SDK. Prints medians
+// and 99th percentiles; asserts nothing. The baseline, measured in the same
+// run, is a bare HTTP round trip to the daemon (the floor of any call).
+import { Sandbox } from 'e2b'
+import { startServer, sleep } from './harness.mjs'
+
+const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
+const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
+const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
+
+async function poolReady(server, n) {
+  for (let i = 0; i < 400; i++) {
+    const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
+    const got = Number(/airlock_pool_ready\{template="base"\} (\d+)/.exec(m)?.[1] ?? 0)
+    if (got >= n) return
+    await sleep(50)
+  }
+  throw new Error('pool did not fill')
+}
+
+async function baseline(server, n = 200) {
+  const xs = []
+  for (let i = 0; i < n; i++) xs.push(await time(() => fetch(server.env.E2B_API_URL + '/health').then((r) => r.text())))
+  return xs
+}
+
+const warm = await startServer(['--pool-size', '20'])
+const floor = await baseline(warm)
+await poolReady(warm, 20)
+
+const single = []
+for (let i = 0; i < 40; i++) {
+  await poolReady(warm, 1)
+  let sbx
+  single.push(await time(async () => { sbx = await Sandbox.create() }))
+  await sbx.kill()
+}
+
+const burst = []
+for (let round = 0; round < 3; round++) {
+  await poolReady(warm, 20)
+  const sbxs = await Promise.all(Array.from({ length: 20 }, async () => {
+    let sbx
+    burst.push(await time(async () => { sbx = await Sandbox.create() }))
+    return sbx
+  }))
+  await Promise.all(sbxs.map((s) => s.kill()))
+}
+
+const sbx = await Sandbox.create()
+for (let i = 0; i < 5; i++) await sbx.commands.run('true')
+const runs = []
+for (let i = 0; i < 100; i++) runs.push(await time(() => sbx.commands.run('true')))
+const files = []
+for (let i = 0; i < 100; i++) files.push(await time(() => sbx.files.read('/etc/hostname')))
+await sbx.kill()
+await warm.stop()
+
+const cold = await startServer(['--pool-size', '0'])
+const coldTimes = []
+for (let i = 0; i < 20; i++) {
+  let s
+  coldTimes.push(await time(async () => { s = await Sandbox.create() }))
+  await s.kill()
+}
+await cold.stop()
+
+const med = (xs) => pct(xs, 50)
+console.log(`airlock serve through the E2B SDK (e2b ${(await import('e2b/package.json', { with: { type: 'json' } })).default.version})`)
+console.log(`  baseline: HTTP GET /health            ${fmt(floor)}`)
+console.log(`  create, from the pool, 1 at a time     ${fmt(single)}   ${(med(single) / med(floor)).toFixed(1)}x baseline`)
+console.log(`  create, from the pool, 20 concurrent   ${fmt(burst)}`)
+console.log(`  create, cold (no pool)                 ${fmt(coldTimes)}`)
+console.log(`  commands.run('true') round trip        ${fmt(runs)}   ${(med(runs) / med(floor)).toFixed(1)}x baseline`)
+console.log(`  files.read of a small file             ${fmt(files)}`)
