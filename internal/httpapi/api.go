@@ -125,17 +125,20 @@ func (s *Server) auth(h http.HandlerFunc) http.Handler {
 	})
 }
 
-// managerError maps the manager's errors to statuses.
-func managerError(w http.ResponseWriter, err error) {
+// managerError maps the manager's errors to statuses. What is not the
+// client's doing is logged in full and answered without detail: it can
+// name host paths.
+func (s *Server) managerError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
-	case errors.Is(err, sandbox.ErrUnknownTemplate):
+	case errors.Is(err, sandbox.ErrUnknownTemplate), errors.Is(err, sandbox.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, sandbox.ErrTooMany):
 		writeError(w, http.StatusTooManyRequests, "%v", err)
 	default:
-		writeError(w, http.StatusInternalServerError, "%v", err)
+		s.log.Error("request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal error: the sandbox operation failed (the server log has the details)")
 	}
 }
 
@@ -213,11 +216,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
 	})
 	if err != nil {
-		if strings.Contains(err.Error(), "timeout") {
-			writeError(w, http.StatusBadRequest, "%v", err)
-			return
-		}
-		managerError(w, err)
+		s.managerError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, sandboxObject(sb))
@@ -330,7 +329,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.PathValue("id"))
 	if err != nil {
-		managerError(w, err)
+		s.managerError(w, err)
 		return
 	}
 	it := item(sb)
@@ -342,7 +341,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.Kill(r.PathValue("id")); err != nil {
-		managerError(w, err)
+		s.managerError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -362,11 +361,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.m.SetTTL(r.PathValue("id"), time.Duration(*b.Timeout)*time.Second); err != nil {
-		if errors.Is(err, sandbox.ErrNotFound) {
-			managerError(w, err)
-			return
-		}
-		writeError(w, http.StatusBadRequest, "%v", err)
+		s.managerError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -382,14 +377,14 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	sb, err := s.m.Get(id)
 	if err != nil {
-		managerError(w, err)
+		s.managerError(w, err)
 		return
 	}
 	if b.Timeout != nil && *b.Timeout > 0 {
 		d := time.Duration(*b.Timeout) * time.Second
 		if time.Until(sb.EndAt()) < d {
 			if err := s.m.SetTTL(id, d); err != nil {
-				writeError(w, http.StatusBadRequest, "%v", err)
+				s.managerError(w, err)
 				return
 			}
 		}
@@ -400,7 +395,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.PathValue("id"))
 	if err != nil {
-		managerError(w, err)
+		s.managerError(w, err)
 		return
 	}
 	now := time.Now().UTC()

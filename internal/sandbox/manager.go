@@ -67,6 +67,7 @@ var (
 	ErrNotFound        = errors.New("sandbox not found")
 	ErrUnknownTemplate = errors.New("unknown template")
 	ErrTooMany         = errors.New("too many sandboxes")
+	ErrInvalid         = errors.New("invalid request")
 )
 
 // Sandbox is a claimed sandbox, as the API describes it.
@@ -257,10 +258,10 @@ func (m *Manager) ttl(d time.Duration) (time.Duration, error) {
 		d = m.cfg.DefaultTTL
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("timeout must not be negative")
+		return 0, fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
 	}
 	if m.cfg.MaxTTL > 0 && d > m.cfg.MaxTTL {
-		return 0, fmt.Errorf("timeout %s is above this server's maximum of %s", d, m.cfg.MaxTTL)
+		return 0, fmt.Errorf("%w: timeout %s is above this server's maximum of %s", ErrInvalid, d, m.cfg.MaxTTL)
 	}
 	return d, nil
 }

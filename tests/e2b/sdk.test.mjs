@@ -230,3 +230,14 @@ test('auth: a wrong API key, a wrong token, another sandbox\'s token', async () 
     await b.kill()
   }
 })
+
+test('a burst of creates larger than the pool: every one succeeds', async () => {
+  const sbxs = await Promise.all(Array.from({ length: 8 }, () => Sandbox.create({ metadata: { burst: '1' } })))
+  try {
+    assert.equal(new Set(sbxs.map((s) => s.sandboxId)).size, 8)
+    const outs = await Promise.all(sbxs.map((s) => s.commands.run('hostname')))
+    assert.ok(outs.every((r) => r.stdout === 'sandbox\n'))
+  } finally {
+    await Promise.all(sbxs.map((s) => s.kill()))
+  }
+})
