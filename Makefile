@@ -8,7 +8,7 @@ export CGO_ENABLED := 0
 BIN := bin/airlock
 
 # Debian packages the default sandbox template is expected to provide.
-APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib
+APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel
 
 .PHONY: all build deps test test-go test-sdk run serve bench bench-run bench-serve fuzz clean
 

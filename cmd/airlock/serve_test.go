@@ -177,6 +177,7 @@ func TestServeAuthAndRouting(t *testing.T) {
 		{"gone sandbox", "GET", "/health", nil, sandboxHeaders(created{SandboxID: "inope"}, "x"), 502},
 		{"private agent path", "POST", "/airlock/setup", map[string]any{"envVars": map[string]string{"X": "1"}}, sandboxHeaders(a, a.EnvdAccessToken), 404},
 		{"unserved port", "GET", "/health", nil, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "8080", "X-Access-Token": a.EnvdAccessToken}, 502},
+		{"interpreter port", "GET", "/health", nil, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": a.EnvdAccessToken}, 200},
 		{"daemon health", "GET", "/health", nil, nil, 200},
 		{"metrics", "GET", "/metrics", nil, nil, 200},
 	} {

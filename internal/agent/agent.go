@@ -28,6 +28,10 @@ const EnvdVersion = "0.5.7"
 // never forwards a client's request under this prefix.
 const SetupPath = "/airlock/"
 
+// PrestartEnv names the environment variable through which a template
+// asks the agent to start a kernel of that language at once.
+const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
+
 // Setup is what the daemon tells the agent when it hands the sandbox out.
 type Setup struct {
 	EnvVars map[string]string `json:"envVars"`
@@ -45,12 +49,14 @@ type Agent struct {
 	procs      processTable
 	watchersMu sync.Mutex
 	watchers   map[string]*polledWatcher
+	interp     *interpreter
 }
 
 // New returns an agent for a sandbox whose user lives in home.
 func New(log *slog.Logger, home string) *Agent {
 	a := &Agent{log: log, home: home, base: os.Environ(), vars: map[string]string{}, watchers: map[string]*polledWatcher{}}
 	a.procs = processTable{a: a, m: map[uint32]*process{}}
+	a.interp = newInterpreter(a)
 	return a
 }
 
@@ -77,8 +83,21 @@ func (a *Agent) env(extra map[string]string) []string {
 	return env
 }
 
-// Handler routes the envd protocol.
+// Handler routes the envd protocol, and the code interpreter for requests
+// addressed to its port.
 func (a *Agent) Handler() http.Handler {
+	envd := a.envdHandler()
+	interp := a.interp.handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
+			interp.ServeHTTP(w, r)
+			return
+		}
+		envd.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) envdHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", a.getFile)
@@ -153,5 +172,14 @@ func Main() error {
 		home = "/home/user"
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	return New(log, home).Serve(context.Background(), ln)
+	a := New(log, home)
+	// A template that serves code starts its kernel now, in the pool.
+	if lang := os.Getenv(PrestartEnv); lang != "" {
+		go func() {
+			if err := a.interp.Prestart(lang); err != nil {
+				log.Warn("prestart kernel", "language", lang, "err", err)
+			}
+		}()
+	}
+	return a.Serve(context.Background(), ln)
 }

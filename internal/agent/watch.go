@@ -168,6 +168,13 @@ func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchReque
 	}
 }
 
+// newWatcherID is a random id for watchers and interpreter contexts.
+func newWatcherID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // maxPolledEvents bounds what a polling watcher keeps between two polls.
 const maxPolledEvents = 10_000
 
@@ -178,9 +185,7 @@ type polledWatcher struct {
 }
 
 func (a *Agent) fsCreateWatcher(ctx context.Context, r *http.Request, req *watchRequest) (*createWatcherResponse, error) {
-	var b [12]byte
-	rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := newWatcherID()
 	pw := &polledWatcher{}
 	w, err := newWatcher(a.resolve(req.Path), req.Recursive, req.IncludeEntry, func(ev filesystemEvent) {
 		pw.mu.Lock()

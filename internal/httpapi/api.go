@@ -44,6 +44,7 @@ func New(m *sandbox.Manager, apiKey string, log *slog.Logger) *Server {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "agent", "agent"
 			// The agent needs neither credential; neither should linger.
 			pr.Out.Header.Del("X-Access-Token")
+			pr.Out.Header.Del("E2B-Traffic-Access-Token")
 			pr.Out.Header.Del("X-API-KEY")
 		},
 		// Each request goes to the agent of the sandbox it was routed to.
@@ -165,7 +166,7 @@ type sandboxJSON struct {
 func sandboxObject(sb *sandbox.Sandbox) sandboxJSON {
 	return sandboxJSON{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
-		EnvdVersion: agent.EnvdVersion, EnvdAccessToken: sb.AccessToken,
+		EnvdVersion: agent.EnvdVersion, EnvdAccessToken: sb.AccessToken, TrafficAccessToken: &sb.TrafficToken,
 	}
 }
 
@@ -421,14 +422,17 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "sandbox not found: it was killed or its timeout passed")
 		return
 	}
-	if !sb.CheckToken(r.Header.Get("X-Access-Token")) {
-		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox (X-Access-Token)")
+	port := r.Header.Get("E2b-Sandbox-Port")
+	if port != EnvdPort && port != CodeInterpreterPort { // both served by the agent
+		writeError(w, http.StatusBadGateway, "port %q of the sandbox is not served", port)
 		return
 	}
-	switch r.Header.Get("E2b-Sandbox-Port") {
-	case EnvdPort:
-	default:
-		writeError(w, http.StatusBadGateway, "port %q of the sandbox is not served", r.Header.Get("E2b-Sandbox-Port"))
+	// envd needs the sandbox's access token; its other ports take the
+	// traffic token too (the SDKs send only that for some calls).
+	authorized := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
+		(port != EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
+	if !authorized {
+		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
 	}
 	// The agent's private endpoints are the daemon's alone.

@@ -75,12 +75,15 @@ type Sandbox struct {
 	ID          string
 	TemplateID  string
 	ClientID    string
-	AccessToken string
-	Metadata    map[string]string
-	StartedAt   time.Time
-	CPUs        float64
-	MemoryMB    int64
-	DiskMB      int64
+	AccessToken string // for the agent's envd port (X-Access-Token)
+	// TrafficToken opens the sandbox's other ports, such as the code
+	// interpreter's (E2B-Traffic-Access-Token); AccessToken does too.
+	TrafficToken string
+	Metadata     map[string]string
+	StartedAt    time.Time
+	CPUs         float64
+	MemoryMB     int64
+	DiskMB       int64
 
 	inst      Instance
 	transport *http.Transport
@@ -104,6 +107,11 @@ func (s *Sandbox) Transport() http.RoundTripper { return s.transport }
 // constant time.
 func (s *Sandbox) CheckToken(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(token), []byte(s.AccessToken)) == 1
+}
+
+// CheckTrafficToken reports whether token is this sandbox's traffic token.
+func (s *Sandbox) CheckTrafficToken(token string) bool {
+	return subtle.ConstantTimeCompare([]byte(token), []byte(s.TrafficToken)) == 1
 }
 
 // MemoryUsage is the sandbox's current memory use in bytes.
@@ -185,17 +193,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		}
 	}
 	sb := &Sandbox{
-		ID:          newSandboxID(),
-		TemplateID:  req.TemplateID,
-		ClientID:    req.ClientID,
-		AccessToken: newToken(),
-		Metadata:    req.Metadata,
-		StartedAt:   time.Now().UTC(),
-		CPUs:        p.tmpl.Policy.CPUs,
-		MemoryMB:    p.tmpl.Policy.MemoryBytes >> 20,
-		DiskMB:      p.tmpl.Policy.DiskBytes >> 20,
-		inst:        inst,
-		transport:   agentTransport(inst),
+		ID:           newSandboxID(),
+		TemplateID:   req.TemplateID,
+		ClientID:     req.ClientID,
+		AccessToken:  newToken(),
+		TrafficToken: newToken(),
+		Metadata:     req.Metadata,
+		StartedAt:    time.Now().UTC(),
+		CPUs:         p.tmpl.Policy.CPUs,
+		MemoryMB:     p.tmpl.Policy.MemoryBytes >> 20,
+		DiskMB:       p.tmpl.Policy.DiskBytes >> 20,
+		inst:         inst,
+		transport:    agentTransport(inst),
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

@@ -1,0 +1,447 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/jupyter"
+)
+
+// The code interpreter: E2B's port 49999. Each context is one Jupyter
+// kernel; an execution streams what the kernel produced as NDJSON lines.
+
+// InterpreterPort is the sandbox port the SDK addresses the interpreter at.
+const InterpreterPort = "49999"
+
+// kernelEnv is added to every kernel's environment: figures are sent as
+// images (Jupyter's inline backend), not written by the Agg backend the
+// sandbox's plain commands get.
+var kernelEnv = map[string]string{"MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+
+type interpreter struct {
+	a        *Agent
+	mu       sync.Mutex
+	contexts map[string]*codeContext
+	defaults map[string]string // language → its default context
+}
+
+type codeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+
+	mu     sync.Mutex // one execution at a time
+	kernel *jupyter.Kernel
+	// lost is set when the kernel had to be replaced; the next execution
+	// reports it, so the caller learns its variables are gone.
+	lost string
+}
+
+func newInterpreter(a *Agent) *interpreter {
+	return &interpreter{a: a, contexts: map[string]*codeContext{}, defaults: map[string]string{}}
+}
+
+func (in *interpreter) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("OK")) })
+	mux.HandleFunc("POST /execute", in.execute)
+	mux.HandleFunc("POST /contexts", in.createContext)
+	mux.HandleFunc("GET /contexts", in.listContexts)
+	mux.HandleFunc("DELETE /contexts/{id}", in.deleteContext)
+	mux.HandleFunc("POST /contexts/{id}/restart", in.restartContext)
+	return mux
+}
+
+func jsonError(w http.ResponseWriter, status int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+}
+
+// startKernel starts c's kernel. Caller holds c.mu.
+func (in *interpreter) startKernel(ctx context.Context, c *codeContext) error {
+	env := in.a.env(kernelEnv)
+	k, err := jupyter.Start(ctx, c.Language, c.Cwd, env)
+	if err != nil {
+		return err
+	}
+	c.kernel = k
+	return nil
+}
+
+// newContext creates a context and starts its kernel.
+func (in *interpreter) newContext(ctx context.Context, language, cwd string) (*codeContext, error) {
+	if language == "" {
+		language = "python"
+	}
+	if cwd == "" {
+		cwd = in.a.home
+	}
+	c := &codeContext{ID: newWatcherID(), Language: language, Cwd: in.a.resolve(cwd)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := in.startKernel(ctx, c); err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	in.contexts[c.ID] = c
+	in.mu.Unlock()
+	return c, nil
+}
+
+// defaultContext returns the language's default context, creating it.
+func (in *interpreter) defaultContext(ctx context.Context, language string) (*codeContext, error) {
+	if language == "" {
+		language = "python"
+	}
+	in.mu.Lock()
+	if id, ok := in.defaults[language]; ok {
+		c := in.contexts[id]
+		in.mu.Unlock()
+		return c, nil
+	}
+	in.mu.Unlock()
+	c, err := in.newContext(ctx, language, "")
+	if err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if id, ok := in.defaults[language]; ok { // another request won the race
+		go c.close()
+		return in.contexts[id], nil
+	}
+	in.defaults[language] = c.ID
+	return c, nil
+}
+
+// Prestart starts the default kernel of language and has it import what
+// the first chart needs (matplotlib builds its font cache then), so that a
+// sandbox claimed from the pool answers its first cell at once.
+func (in *interpreter) Prestart(language string) error {
+	c, err := in.defaultContext(context.Background(), language)
+	if err != nil {
+		return err
+	}
+	if language != "python" {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.kernel.ExecuteSilent(ctx, "try:\n import matplotlib.pyplot, pandas\nexcept ImportError:\n pass\n")
+}
+
+func (c *codeContext) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kernel != nil {
+		c.kernel.Kill()
+		c.kernel = nil
+	}
+}
+
+type executeRequest struct {
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id"`
+	Language  string            `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+// interruptGrace is how long a kernel has to come back after an interrupt
+// before it is replaced.
+const interruptGrace = 5 * time.Second
+
+func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
+	var req executeRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMessage)).Decode(&req); err != nil {
+		jsonError(w, http.StatusBadRequest, "invalid request: %v", err)
+		return
+	}
+	if req.ContextID != "" && req.Language != "" {
+		jsonError(w, http.StatusBadRequest, "give context_id or language, not both")
+		return
+	}
+	var c *codeContext
+	if req.ContextID != "" {
+		in.mu.Lock()
+		c = in.contexts[req.ContextID]
+		in.mu.Unlock()
+		if c == nil {
+			jsonError(w, http.StatusNotFound, "context %q not found", req.ContextID)
+			return
+		}
+	} else {
+		var err error
+		if c, err = in.defaultContext(r.Context(), req.Language); err != nil {
+			jsonError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+	}
+	if len(req.EnvVars) > 0 && c.Language != "python" {
+		jsonError(w, http.StatusBadRequest, "env_vars are supported for python contexts only")
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	fl, _ := w.(http.Flusher)
+	var wmu sync.Mutex
+	line := func(v map[string]any) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		data, _ := json.Marshal(v)
+		w.Write(append(data, '\n'))
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	if c.lost != "" {
+		line(map[string]any{"type": "stderr", "text": c.lost + "\n", "timestamp": now()})
+		c.lost = ""
+	}
+	if c.kernel == nil {
+		if err := in.startKernel(r.Context(), c); err != nil {
+			line(map[string]any{"type": "error", "name": "KernelError", "value": err.Error(), "traceback": ""})
+			line(map[string]any{"type": "end_of_execution"})
+			return
+		}
+	}
+	// Long cells get keepalive lines, so that proxies keep the stream open.
+	stopKA := make(chan struct{})
+	defer close(stopKA)
+	go func() {
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				line(map[string]any{"type": "keepalive"})
+			case <-stopKA:
+				return
+			}
+		}
+	}()
+
+	ctx := r.Context()
+	if len(req.EnvVars) > 0 {
+		if err := c.kernel.ExecuteSilent(ctx, setEnvCode(req.EnvVars)); err != nil {
+			in.recover(c, err)
+			return
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.Background(), interruptGrace)
+			defer cancel()
+			c.kernel.ExecuteSilent(rctx, restoreEnvCode)
+		}()
+	}
+	err := c.kernel.Execute(ctx, req.Code, func(o jupyter.Output) {
+		if v := outputLine(o); v != nil {
+			line(v)
+		}
+	})
+	switch {
+	case err == nil:
+		line(map[string]any{"type": "end_of_execution"})
+	case errors.Is(err, jupyter.ErrKernelDied):
+		c.kernel.Kill()
+		c.kernel = nil
+		line(map[string]any{"type": "error", "name": "KernelDied",
+			"value":     "the kernel died (did it run out of memory?); its state is lost, and the next execution starts a new kernel",
+			"traceback": ""})
+		line(map[string]any{"type": "end_of_execution"})
+	default:
+		// The client went away or timed out: stop the cell.
+		in.recover(c, err)
+	}
+}
+
+// recover stops what c's kernel is running: an interrupt, and if the
+// kernel does not come back, a new kernel (its state is then lost, which
+// the next execution reports). Caller holds c.mu.
+func (in *interpreter) recover(c *codeContext, cause error) {
+	if c.kernel == nil {
+		return
+	}
+	c.kernel.Interrupt()
+	if c.kernel.WaitIdle(interruptGrace) {
+		return
+	}
+	c.kernel.Kill()
+	c.kernel = nil
+	c.lost = fmt.Sprintf("The previous execution was stopped (%v) and its kernel did not answer an interrupt: it was restarted, and its state is lost.", cause)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in.startKernel(ctx, c) // if this fails, the next execution retries
+}
+
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+// mimeFields maps Jupyter MIME types to the result fields of E2B's SDKs.
+var mimeFields = map[string]string{
+	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
+	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
+	"application/json": "json", "application/javascript": "javascript",
+}
+
+// outputLine turns one kernel output into an NDJSON line (nil: none).
+func outputLine(o jupyter.Output) map[string]any {
+	switch o.Type {
+	case "stream":
+		var c struct{ Name, Text string }
+		json.Unmarshal(o.Content, &c)
+		typ := "stdout"
+		if c.Name == "stderr" {
+			typ = "stderr"
+		}
+		return map[string]any{"type": typ, "text": c.Text, "timestamp": now()}
+	case "execute_result", "display_data":
+		var c struct {
+			Data map[string]json.RawMessage `json:"data"`
+		}
+		json.Unmarshal(o.Content, &c)
+		v := map[string]any{"type": "result", "is_main_result": o.Type == "execute_result"}
+		extra := map[string]any{}
+		for mime, raw := range c.Data {
+			var val any
+			json.Unmarshal(raw, &val)
+			// Text-like values may arrive as lists of lines.
+			if parts, ok := val.([]any); ok && mime != "application/json" {
+				var sb strings.Builder
+				for _, p := range parts {
+					fmt.Fprint(&sb, p)
+				}
+				val = sb.String()
+			}
+			if f, ok := mimeFields[mime]; ok {
+				v[f] = val
+			} else {
+				extra[mime] = val
+			}
+		}
+		if len(extra) > 0 {
+			v["extra"] = extra
+		}
+		return v
+	case "error":
+		var c struct {
+			Ename     string   `json:"ename"`
+			Evalue    string   `json:"evalue"`
+			Traceback []string `json:"traceback"`
+		}
+		json.Unmarshal(o.Content, &c)
+		return map[string]any{"type": "error", "name": c.Ename, "value": c.Evalue, "traceback": strings.Join(c.Traceback, "\n")}
+	case "execute_input":
+		var c struct {
+			Count int `json:"execution_count"`
+		}
+		json.Unmarshal(o.Content, &c)
+		return map[string]any{"type": "number_of_executions", "execution_count": c.Count}
+	}
+	return nil
+}
+
+// setEnvCode sets environment variables for one execution in a Python
+// kernel, remembering what they were; restoreEnvCode puts that back.
+func setEnvCode(vars map[string]string) string {
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	data, _ := json.Marshal(vars)
+	return fmt.Sprintf("import os as _airlock_os, json as _airlock_json\n"+
+		"_airlock_env = _airlock_json.loads(%q)\n"+
+		"_airlock_saved = {k: _airlock_os.environ.get(k) for k in _airlock_env}\n"+
+		"_airlock_os.environ.update(_airlock_env)\n", string(data))
+}
+
+const restoreEnvCode = "for _k, _v in _airlock_saved.items():\n" +
+	"    if _v is None: _airlock_os.environ.pop(_k, None)\n" +
+	"    else: _airlock_os.environ[_k] = _v\n" +
+	"del _k, _v, _airlock_saved, _airlock_env\n"
+
+func (in *interpreter) createContext(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+			jsonError(w, http.StatusBadRequest, "invalid request: %v", err)
+			return
+		}
+	}
+	c, err := in.newContext(r.Context(), req.Language, req.Cwd)
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(c)
+}
+
+func (in *interpreter) listContexts(w http.ResponseWriter, r *http.Request) {
+	in.mu.Lock()
+	list := make([]*codeContext, 0, len(in.contexts))
+	for _, c := range in.contexts {
+		list = append(list, c)
+	}
+	in.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(list)
+}
+
+func (in *interpreter) take(id string, remove bool) *codeContext {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := in.contexts[id]
+	if c != nil && remove {
+		delete(in.contexts, id)
+		for lang, d := range in.defaults {
+			if d == id {
+				delete(in.defaults, lang)
+			}
+		}
+	}
+	return c
+}
+
+func (in *interpreter) deleteContext(w http.ResponseWriter, r *http.Request) {
+	c := in.take(r.PathValue("id"), true)
+	if c == nil {
+		jsonError(w, http.StatusNotFound, "context %q not found", r.PathValue("id"))
+		return
+	}
+	c.close()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (in *interpreter) restartContext(w http.ResponseWriter, r *http.Request) {
+	c := in.take(r.PathValue("id"), false)
+	if c == nil {
+		jsonError(w, http.StatusNotFound, "context %q not found", r.PathValue("id"))
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kernel != nil {
+		c.kernel.Kill()
+		c.kernel = nil
+	}
+	if err := in.startKernel(r.Context(), c); err != nil {
+		jsonError(w, http.StatusInternalServerError, "restart: %v", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

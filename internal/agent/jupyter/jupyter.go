@@ -1,0 +1,408 @@
+// Package jupyter runs Jupyter kernels and speaks the Jupyter messaging
+// protocol (5.3) to them over ZeroMQ.
+package jupyter
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Spec is a kernelspec (kernel.json).
+type Spec struct {
+	Argv        []string          `json:"argv"`
+	DisplayName string            `json:"display_name"`
+	Language    string            `json:"language"`
+	Env         map[string]string `json:"env"`
+}
+
+// KernelDirs are where kernelspecs are looked for, as Jupyter does.
+var KernelDirs = []string{"/usr/local/share/jupyter/kernels", "/usr/share/jupyter/kernels"}
+
+// FindSpec returns the kernelspec for a language ("python", "bash", …):
+// a kernel directory named like it, or any spec declaring it.
+func FindSpec(language string) (*Spec, error) {
+	var found *Spec
+	for _, dir := range KernelDirs {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			data, err := os.ReadFile(filepath.Join(dir, e.Name(), "kernel.json"))
+			if err != nil {
+				continue
+			}
+			var s Spec
+			if json.Unmarshal(data, &s) != nil || len(s.Argv) == 0 {
+				continue
+			}
+			if strings.EqualFold(e.Name(), language) || strings.EqualFold(s.Language, language) ||
+				(language == "python" && e.Name() == "python3") {
+				if found == nil || strings.EqualFold(e.Name(), language) {
+					found = &s
+				}
+			}
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no Jupyter kernel for language %q is installed", language)
+	}
+	return found, nil
+}
+
+// Message is one Jupyter message.
+type Message struct {
+	Header   Header          `json:"header"`
+	Parent   Header          `json:"parent_header"`
+	Metadata json.RawMessage `json:"metadata"`
+	Content  json.RawMessage `json:"content"`
+}
+
+// Header is a message header.
+type Header struct {
+	MsgID    string `json:"msg_id,omitempty"`
+	Session  string `json:"session,omitempty"`
+	Username string `json:"username,omitempty"`
+	Date     string `json:"date,omitempty"`
+	MsgType  string `json:"msg_type,omitempty"`
+	Version  string `json:"version,omitempty"`
+}
+
+const delimiter = "<IDS|MSG>"
+
+// Kernel is one running kernel and the sockets to it.
+type Kernel struct {
+	Language string
+	cmd      *exec.Cmd
+	key      []byte
+	session  string
+	dir      string // holds the connection file
+
+	shell, control, iopub zmq4.Socket
+	iopubCh               chan *Message
+	shellCh               chan *Message
+	done                  chan struct{} // closed when the kernel process exits
+
+	mu sync.Mutex // one execution at a time
+}
+
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// freePorts returns n TCP ports free on loopback now.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Start launches a kernel for language in cwd with env and waits until it
+// answers (kernel_info_reply, and an iopub message for it).
+func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, error) {
+	spec, err := FindSpec(language)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{
+		Language: language, key: []byte(newID()), session: newID(),
+		iopubCh: make(chan *Message, 256), shellCh: make(chan *Message, 16), done: make(chan struct{}),
+	}
+	if k.dir, err = os.MkdirTemp("", "airlock-kernel-"); err != nil {
+		return nil, err
+	}
+	conn := map[string]any{
+		"ip": "127.0.0.1", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": string(k.key),
+		"shell_port": ports[0], "iopub_port": ports[1], "stdin_port": ports[2], "control_port": ports[3], "hb_port": ports[4],
+		"kernel_name": language,
+	}
+	connFile := filepath.Join(k.dir, "kernel.json")
+	data, _ := json.Marshal(conn)
+	if err := os.WriteFile(connFile, data, 0o600); err != nil {
+		k.cleanup()
+		return nil, err
+	}
+	argv := make([]string, len(spec.Argv))
+	for i, a := range spec.Argv {
+		argv[i] = strings.ReplaceAll(a, "{connection_file}", connFile)
+	}
+	k.cmd = exec.Command(argv[0], argv[1:]...)
+	k.cmd.Dir = cwd
+	k.cmd.Env = env
+	for key, v := range spec.Env {
+		k.cmd.Env = append(k.cmd.Env, key+"="+v)
+	}
+	// Its own process group: an interrupt (SIGINT) reaches the kernel and
+	// what it runs, nothing else.
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := k.cmd.Start(); err != nil {
+		k.cleanup()
+		return nil, fmt.Errorf("start kernel: %w", err)
+	}
+	go func() { k.cmd.Wait(); close(k.done) }()
+	if err := k.connect(ctx, ports); err != nil {
+		k.Kill()
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *Kernel) connect(ctx context.Context, ports []int) error {
+	ep := func(p int) string { return fmt.Sprintf("tcp://127.0.0.1:%d", p) }
+	opts := []zmq4.Option{zmq4.WithDialerRetry(10 * time.Millisecond), zmq4.WithDialerMaxRetries(1000)}
+	k.iopub = zmq4.NewSub(context.Background(), opts...)
+	// Subscribe before dialing, or the first messages are lost.
+	if err := k.iopub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		return err
+	}
+	k.shell = zmq4.NewDealer(context.Background(), opts...)
+	k.control = zmq4.NewDealer(context.Background(), opts...)
+	for _, c := range []struct {
+		s zmq4.Socket
+		p int
+	}{{k.iopub, ports[1]}, {k.shell, ports[0]}, {k.control, ports[3]}} {
+		if err := c.s.Dial(ep(c.p)); err != nil {
+			return fmt.Errorf("connect to kernel: %w", err)
+		}
+	}
+	go k.recvLoop(k.iopub, k.iopubCh)
+	go k.recvLoop(k.shell, k.shellCh)
+	// The kernel is ready when it answers kernel_info and its iopub
+	// socket is seen to carry messages for it (so none is missed later).
+	deadline := time.After(30 * time.Second)
+	for {
+		id, err := k.send(k.shell, "kernel_info_request", map[string]any{})
+		if err != nil {
+			return err
+		}
+		gotReply, gotIOPub := false, false
+		retry := time.After(500 * time.Millisecond)
+	wait:
+		for !(gotReply && gotIOPub) {
+			select {
+			case m := <-k.shellCh:
+				gotReply = gotReply || m.Parent.MsgID == id
+			case m := <-k.iopubCh:
+				gotIOPub = gotIOPub || m.Parent.MsgID == id
+			case <-retry:
+				break wait
+			case <-k.done:
+				return errors.New("the kernel exited while starting")
+			case <-deadline:
+				return errors.New("the kernel did not answer within 30s")
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if gotReply && gotIOPub {
+			return nil
+		}
+	}
+}
+
+// recvLoop feeds one socket's messages to ch (Recv blocks without a
+// timeout, so it gets a goroutine of its own).
+func (k *Kernel) recvLoop(s zmq4.Socket, ch chan *Message) {
+	for {
+		raw, err := s.Recv()
+		if err != nil {
+			return
+		}
+		m, err := k.decode(raw.Frames)
+		if err != nil {
+			continue
+		}
+		select {
+		case ch <- m:
+		case <-k.done:
+			return
+		}
+	}
+}
+
+func (k *Kernel) sign(parts ...[]byte) string {
+	mac := hmac.New(sha256.New, k.key)
+	for _, p := range parts {
+		mac.Write(p)
+	}
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+func (k *Kernel) decode(frames [][]byte) (*Message, error) {
+	i := 0
+	for i < len(frames) && string(frames[i]) != delimiter {
+		i++
+	}
+	if len(frames) < i+6 {
+		return nil, errors.New("short message")
+	}
+	f := frames[i+1:]
+	if !hmac.Equal([]byte(k.sign(f[1], f[2], f[3], f[4])), f[0]) {
+		return nil, errors.New("bad signature")
+	}
+	m := &Message{Metadata: f[3], Content: f[4]}
+	if err := json.Unmarshal(f[1], &m.Header); err != nil {
+		return nil, err
+	}
+	_ = json.Unmarshal(f[2], &m.Parent)
+	return m, nil
+}
+
+// send sends a request on s and returns its msg_id.
+func (k *Kernel) send(s zmq4.Socket, msgType string, content any) (string, error) {
+	h := Header{
+		MsgID: newID(), Session: k.session, Username: "user", MsgType: msgType, Version: "5.3",
+		Date: time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"),
+	}
+	hdr, _ := json.Marshal(h)
+	body, err := json.Marshal(content)
+	if err != nil {
+		return "", err
+	}
+	parent, meta := []byte("{}"), []byte("{}")
+	msg := zmq4.NewMsgFrom([]byte(delimiter), []byte(k.sign(hdr, parent, meta, body)), hdr, parent, meta, body)
+	if err := s.Send(msg); err != nil {
+		return "", fmt.Errorf("send to kernel: %w", err)
+	}
+	return h.MsgID, nil
+}
+
+// Done is closed when the kernel process has exited.
+func (k *Kernel) Done() <-chan struct{} { return k.done }
+
+// Interrupt sends SIGINT to the kernel's process group.
+func (k *Kernel) Interrupt() {
+	syscall.Kill(-k.cmd.Process.Pid, syscall.SIGINT)
+}
+
+// Kill ends the kernel and everything it started, and removes its files.
+func (k *Kernel) Kill() {
+	if k.cmd != nil && k.cmd.Process != nil {
+		syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.done
+	}
+	for _, s := range []zmq4.Socket{k.shell, k.control, k.iopub} {
+		if s != nil {
+			s.Close()
+		}
+	}
+	k.cleanup()
+}
+
+func (k *Kernel) cleanup() {
+	if k.dir != "" {
+		os.RemoveAll(k.dir)
+	}
+}
+
+// Output is one thing an execution produced, in the order it came.
+type Output struct {
+	Type    string          // "stream", "execute_result", "display_data", "error", "execute_input"
+	Content json.RawMessage // the message's content
+}
+
+// ErrKernelDied is returned when the kernel process exits mid-execution.
+var ErrKernelDied = errors.New("the kernel died")
+
+// Execute runs code and calls emit for each output as it arrives. It
+// returns when the kernel is idle again (the execute_reply and the iopub
+// "idle" status for this request both arrived), when the kernel dies, or
+// when ctx ends (the caller then interrupts or restarts the kernel).
+func (k *Kernel) Execute(ctx context.Context, code string, emit func(Output)) error {
+	return k.execute(ctx, code, false, emit)
+}
+
+// ExecuteSilent runs code without output or history (setting up an
+// execution's environment, say).
+func (k *Kernel) ExecuteSilent(ctx context.Context, code string) error {
+	return k.execute(ctx, code, true, func(Output) {})
+}
+
+func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit func(Output)) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	// Drop what earlier executions left unread.
+	for drained := false; !drained; {
+		select {
+		case <-k.iopubCh:
+		case <-k.shellCh:
+		default:
+			drained = true
+		}
+	}
+	id, err := k.send(k.shell, "execute_request", map[string]any{
+		"code": code, "silent": silent, "store_history": !silent,
+		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true,
+	})
+	if err != nil {
+		return err
+	}
+	replied, idle := false, false
+	for !(replied && idle) {
+		select {
+		case m := <-k.shellCh:
+			if m.Parent.MsgID == id && m.Header.MsgType == "execute_reply" {
+				replied = true
+			}
+		case m := <-k.iopubCh:
+			if m.Parent.MsgID != id {
+				continue
+			}
+			switch m.Header.MsgType {
+			case "status":
+				var st struct {
+					State string `json:"execution_state"`
+				}
+				json.Unmarshal(m.Content, &st)
+				idle = st.State == "idle"
+			case "stream", "execute_result", "display_data", "error", "execute_input":
+				emit(Output{Type: m.Header.MsgType, Content: m.Content})
+			}
+		case <-k.done:
+			return ErrKernelDied
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// WaitIdle waits until the kernel answers again after an interrupt, up to
+// d; it reports whether it did.
+func (k *Kernel) WaitIdle(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return k.ExecuteSilent(ctx, "") == nil
+}
