@@ -1,0 +1,49 @@
+// Benchmark of the code interpreter through @e2b/code-interpreter. Prints
+// medians and 99th percentiles; asserts nothing. Baseline in the same run:
+// a bare HTTP round trip to the daemon.
+import { Sandbox } from '@e2b/code-interpreter'
+import { startServer, sleep } from './harness.mjs'
+
+const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
+const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
+const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
+
+async function poolReady(server, n) {
+  for (let i = 0; i < 600; i++) {
+    const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
+    if (Number(/airlock_pool_ready\{template="code-interpreter-v1"\} (\d+)/.exec(m)?.[1] ?? 0) >= n) return
+    await sleep(50)
+  }
+  throw new Error('pool did not fill')
+}
+
+const server = await startServer(['--pool-size', '2'])
+const floor = []
+for (let i = 0; i < 200; i++) floor.push(await time(() => fetch(server.env.E2B_API_URL + '/health').then((r) => r.text())))
+
+const sbx = await Sandbox.create()
+for (let i = 0; i < 10; i++) await sbx.runCode('1+1')
+const cells = []
+for (let i = 0; i < 200; i++) cells.push(await time(() => sbx.runCode('1+1')))
+await sbx.kill()
+
+const first = []
+for (let i = 0; i < 15; i++) {
+  await poolReady(server, 1)
+  // The kernel of a pooled sandbox starts (and imports matplotlib) in
+  // the background: give it the time a real pool would have had.
+  await sleep(1500)
+  let s
+  first.push(await time(async () => {
+    s = await Sandbox.create()
+    const r = await s.runCode('1+1')
+    if (r.text !== '2') throw new Error('bad answer ' + r.text)
+  }))
+  await s.kill()
+}
+await server.stop()
+
+console.log('code interpreter through @e2b/code-interpreter 2.8.0')
+console.log(`  baseline: HTTP GET /health                  ${fmt(floor)}`)
+console.log(`  runCode('1+1') in a warm context            ${fmt(cells)}   ${(pct(cells, 50) / pct(floor, 50)).toFixed(1)}x baseline`)
+console.log(`  Sandbox.create() + first runCode, from pool ${fmt(first)}`)
