@@ -48,7 +48,7 @@ bench-run: deps build
 	$(BIN) bench -n 50
 
 bench-serve: deps build
-	cd tests/e2b && npm ci --no-audit --no-fund && node bench.mjs
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench.mjs && node bench-interpreter.mjs
 
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy
