@@ -36,6 +36,7 @@ type codeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	created  time.Time
 
 	mu     sync.Mutex // one execution at a time
 	kernel *jupyter.Kernel
@@ -84,7 +85,7 @@ func (in *interpreter) newContext(ctx context.Context, language, cwd string) (*c
 	if cwd == "" {
 		cwd = in.a.home
 	}
-	c := &codeContext{ID: newWatcherID(), Language: language, Cwd: in.a.resolve(cwd)}
+	c := &codeContext{ID: newWatcherID(), Language: language, Cwd: in.a.resolve(cwd), created: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := in.startKernel(ctx, c); err != nil {
@@ -190,21 +191,32 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "env_vars are supported for python contexts only")
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
+	// Headers first: the SDK's request timer runs until they arrive, and
+	// this request may now wait for an earlier execution of the context.
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		fl.Flush()
+	}
 	var wmu sync.Mutex
+	errored := false
 	line := func(v map[string]any) {
 		wmu.Lock()
 		defer wmu.Unlock()
-		data, _ := json.Marshal(v)
-		w.Write(append(data, '\n'))
+		if v["type"] == "error" { // only an execution's first error counts
+			if errored {
+				return
+			}
+			errored = true
+		}
+		w.Write(append(asciiJSON(v), '\n'))
 		if fl != nil {
 			fl.Flush()
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.lost != "" {
 		line(map[string]any{"type": "stderr", "text": c.lost + "\n", "timestamp": now()})
 		c.lost = ""
@@ -220,7 +232,7 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	stopKA := make(chan struct{})
 	defer close(stopKA)
 	go func() {
-		t := time.NewTicker(30 * time.Second)
+		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()
 		for {
 			select {
@@ -245,6 +257,23 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	err := c.kernel.Execute(ctx, req.Code, func(o jupyter.Output) {
+		if o.Type == "execute_reply" {
+			// An error the kernel did not publish on iopub, or an abort.
+			var rep struct {
+				Status    string   `json:"status"`
+				Ename     string   `json:"ename"`
+				Evalue    string   `json:"evalue"`
+				Traceback []string `json:"traceback"`
+			}
+			json.Unmarshal(o.Content, &rep)
+			switch rep.Status {
+			case "error":
+				line(map[string]any{"type": "error", "name": rep.Ename, "value": rep.Evalue, "traceback": strings.Join(rep.Traceback, "")})
+			case "aborted", "abort":
+				line(map[string]any{"type": "error", "name": "ExecutionAborted", "value": "the execution was aborted", "traceback": ""})
+			}
+			return
+		}
 		if v := outputLine(o); v != nil {
 			line(v)
 		}
@@ -286,11 +315,32 @@ func (in *interpreter) recover(c *codeContext, cause error) {
 
 func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
+// asciiJSON encodes v with every non-ASCII character escaped: the SDKs
+// decode each network chunk on its own, so a multi-byte character split
+// between two chunks would be corrupted.
+func asciiJSON(v any) []byte {
+	data, _ := json.Marshal(v)
+	out := make([]byte, 0, len(data))
+	for _, r := range string(data) {
+		switch {
+		case r < 0x80:
+			out = append(out, byte(r))
+		case r > 0xffff:
+			r -= 0x10000
+			out = fmt.Appendf(out, "\\u%04x\\u%04x", 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+		default:
+			out = fmt.Appendf(out, "\\u%04x", r)
+		}
+	}
+	return out
+}
+
 // mimeFields maps Jupyter MIME types to the result fields of E2B's SDKs.
 var mimeFields = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
 	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
 	"application/json": "json", "application/javascript": "javascript",
+	"e2b/data": "data", "e2b/chart": "chart",
 }
 
 // outputLine turns one kernel output into an NDJSON line (nil: none).
@@ -322,15 +372,25 @@ func outputLine(o jupyter.Output) map[string]any {
 				}
 				val = sb.String()
 			}
+			switch mime {
+			case "text/plain":
+				// As E2B's server does: 'bar' reads as bar.
+				if t, ok := val.(string); ok && len(t) >= 2 && (t[0] == '\'' || t[0] == '"') && t[len(t)-1] == t[0] {
+					val = t[1 : len(t)-1]
+				}
+			case "image/png", "image/jpeg", "application/pdf":
+				// Some encoders end base64 with a newline.
+				if t, ok := val.(string); ok {
+					val = strings.TrimSpace(t)
+				}
+			}
 			if f, ok := mimeFields[mime]; ok {
 				v[f] = val
 			} else {
 				extra[mime] = val
 			}
 		}
-		if len(extra) > 0 {
-			v["extra"] = extra
-		}
+		v["extra"] = extra
 		return v
 	case "error":
 		var c struct {
@@ -339,7 +399,7 @@ func outputLine(o jupyter.Output) map[string]any {
 			Traceback []string `json:"traceback"`
 		}
 		json.Unmarshal(o.Content, &c)
-		return map[string]any{"type": "error", "name": c.Ename, "value": c.Evalue, "traceback": strings.Join(c.Traceback, "\n")}
+		return map[string]any{"type": "error", "name": c.Ename, "value": c.Evalue, "traceback": strings.Join(c.Traceback, "")}
 	case "execute_input":
 		var c struct {
 			Count int `json:"execution_count"`
@@ -397,7 +457,7 @@ func (in *interpreter) listContexts(w http.ResponseWriter, r *http.Request) {
 		list = append(list, c)
 	}
 	in.mu.Unlock()
-	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	sort.Slice(list, func(i, j int) bool { return list[i].created.Before(list[j].created) })
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(list)
 }

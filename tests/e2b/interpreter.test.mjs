@@ -66,6 +66,12 @@ test('a DataFrame comes back as an HTML table', async () => {
   assert.match(r.text, /a\s+b/)
 })
 
+test('non-ASCII output arrives intact', async () => {
+  const r = await sbx.runCode('print("héllo wörld ✓ 🎉"); "日本"')
+  assert.deepEqual(r.logs.stdout, ['héllo wörld ✓ 🎉\n'])
+  assert.equal(r.text, '日本')
+})
+
 test('an exception is an error with name, value and traceback', async () => {
   const r = await sbx.runCode('1/0')
   assert.equal(r.error.name, 'ZeroDivisionError')
@@ -76,7 +82,7 @@ test('an exception is an error with name, value and traceback', async () => {
 
 test('env vars apply to one execution', async () => {
   const r = await sbx.runCode('import os; os.environ.get("MODE")', { envs: { MODE: 'test' } })
-  assert.equal(r.text, "'test'")
+  assert.equal(r.text, 'test', "one pair of quotes is stripped, as E2B's server does")
   const after = await sbx.runCode('import os; os.environ.get("MODE")')
   assert.equal(after.text, undefined)
 })
@@ -85,7 +91,7 @@ test('a runaway cell stops at its timeout and the context stays usable', async (
   await sbx.runCode('kept = "still here"')
   await assert.rejects(sbx.runCode('while True: pass', { timeoutMs: 1500 }))
   const r = await sbx.runCode('kept')
-  assert.equal(r.text, "'still here'")
+  assert.equal(r.text, 'still here')
 })
 
 test('two contexts are independent; contexts can be listed, restarted and removed', async () => {
@@ -95,7 +101,7 @@ test('two contexts are independent; contexts can be listed, restarted and remove
   const inB = await sbx.runCode('v', { context: b })
   assert.equal(inB.error.name, 'NameError')
   const cwd = await sbx.runCode('import os; os.getcwd()', { context: a })
-  assert.equal(cwd.text, "'/tmp'")
+  assert.equal(cwd.text, '/tmp')
   const ids = (await sbx.listCodeContexts()).map((c) => c.id)
   assert.ok(ids.includes(a.id) && ids.includes(b.id))
   await sbx.restartCodeContext(a)

@@ -329,7 +329,7 @@ func (k *Kernel) cleanup() {
 
 // Output is one thing an execution produced, in the order it came.
 type Output struct {
-	Type    string          // "stream", "execute_result", "display_data", "error", "execute_input"
+	Type    string          // "stream", "execute_result", "display_data", "error", "execute_input", "execute_reply"
 	Content json.RawMessage // the message's content
 }
 
@@ -375,6 +375,7 @@ func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit fun
 		case m := <-k.shellCh:
 			if m.Parent.MsgID == id && m.Header.MsgType == "execute_reply" {
 				replied = true
+				emit(Output{Type: "execute_reply", Content: m.Content})
 			}
 		case m := <-k.iopubCh:
 			if m.Parent.MsgID != id {
