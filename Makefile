@@ -6,11 +6,16 @@ GO ?= go
 # Static: the same binary runs as the sandbox's init and, later, its agent.
 export CGO_ENABLED := 0
 BIN := bin/airlock
+# gVisor's runsc, built from the Go module proxy (no prebuilt downloads
+# here) at a pinned version, static as it must be.
+RUNSC := bin/runsc
+RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
+export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
 # Debian packages the default sandbox template is expected to provide.
 APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel
 
-.PHONY: all build deps test test-go test-sdk run serve bench bench-run bench-serve fuzz clean
+.PHONY: all build deps runsc test test-go test-sdk run serve bench bench-run bench-serve fuzz clean
 
 all: build
 
@@ -27,7 +32,12 @@ deps:
 
 test: test-go test-sdk
 
-test-go: deps build
+runsc: $(RUNSC)
+
+$(RUNSC):
+	GOBIN=$(CURDIR)/bin $(GO) install gvisor.dev/gvisor/runsc@$(RUNSC_VERSION)
+
+test-go: deps build runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 ./...
 
@@ -44,7 +54,7 @@ serve: deps build
 
 bench: bench-run bench-serve
 
-bench-run: deps build
+bench-run: deps build runsc
 	$(BIN) bench -n 50
 
 bench-serve: deps build

@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"io"
 	"os"
 	"os/exec"
@@ -41,6 +43,26 @@ func benchCmd(args []string) error {
 		{"bare /bin/true", []string{"/bin/true"}},
 		{"airlock version", []string{self, "version"}},
 	}
+	// With runsc at hand, gVisor too, against raw runsc ("runsc do" runs a
+	// command in a fresh gVisor sandbox over the host's file system).
+	runsc, runscErr := gvisor.FindRunsc("")
+	if runscErr == nil {
+		root, err := os.MkdirTemp("", "airlock-bench-runsc-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(root)
+		cases = append(cases,
+			struct {
+				name string
+				argv []string
+			}{"airlock run --backend gvisor", []string{self, "run", "--backend", "gvisor", "--runsc", runsc, "--", *python, "-c", code}},
+			struct {
+				name string
+				argv []string
+			}{"raw runsc do", []string{runsc, "--root", root, "--network", "none", "--platform", "systrap", "do", *python, "-c", code}},
+		)
+	}
 	times := make([][]time.Duration, len(cases))
 	// One untimed round warms the page cache; then the cases take turns,
 	// so that each sees the same machine conditions.
@@ -63,6 +85,11 @@ func benchCmd(args []string) error {
 	fixed := median(times[2]) - median(times[3])
 	fmt.Printf("airlock run python / bare python: %.2fx (a sandbox adds %.2f ms, of which %.2f ms is the airlock process itself)\n",
 		ratio, ms(fixed), ms(median(times[4])))
+	if runscErr == nil {
+		fmt.Printf("airlock run --backend gvisor / raw runsc do: %.2fx\n", float64(median(times[5]))/float64(median(times[6])))
+	} else {
+		fmt.Printf("gVisor not measured: %v\n", runscErr)
+	}
 	return nil
 }
 

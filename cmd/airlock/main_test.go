@@ -217,3 +217,20 @@ func TestControlEscaper(t *testing.T) {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }
+
+func TestGVisorBackendFlags(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	if r := airlock(t, "", "run", "--backend", "firecracker", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, `unknown backend "firecracker"`) {
+		t.Errorf("unknown backend: exit %d %q", r.code, r.stderr)
+	}
+	if r := airlock(t, "", "run", "--backend", "gvisor", "--runsc", "/bin/ls", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, "dynamically linked") {
+		t.Errorf("dynamic runsc: exit %d %q", r.code, r.stderr)
+	}
+	if _, err := exec.LookPath("runsc"); err != nil && os.Getenv("AIRLOCK_RUNSC") == "" {
+		t.Skip("no runsc (make test builds it)")
+	}
+	r := airlock(t, "hi\n", "run", "--backend", "gvisor", "--stdin", "--json", "--", "/bin/bash", "-c", "read x; echo $x $(uname -r); exit 4")
+	if r.code != 4 || !strings.Contains(r.stdout, `"stdout":"hi 4.19.0-gvisor\n"`) {
+		t.Errorf("gvisor run: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

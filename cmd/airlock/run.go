@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -70,6 +71,8 @@ type runFlags struct {
 	codeSet       bool
 	stdin, asJSON bool
 	argv          []string
+	backend       string
+	runsc         string
 }
 
 func parseRunFlags(args []string) (*runFlags, error) {
@@ -91,6 +94,8 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.Func("code", "code to run", func(s string) error { f.code, f.codeSet = s, true; return nil })
 	fs.BoolVar(&f.stdin, "stdin", false, "pass standard input to the sandbox")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON result instead of streaming output")
+	fs.StringVar(&f.backend, "backend", "namespaces", "isolation: namespaces or gvisor")
+	fs.StringVar(&f.runsc, "runsc", "", "runsc binary for --backend gvisor (default $AIRLOCK_RUNSC, then PATH)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("usage: airlock run [flags] -- COMMAND [ARG…]   or   airlock run [flags] --file F | --code C")
@@ -208,6 +213,20 @@ func runCmd(args []string) error {
 	if err := namespaces.Check(spec); err != nil {
 		return usageError{err.Error()}
 	}
+	runSandbox := namespaces.Run
+	switch f.backend {
+	case "namespaces":
+	case "gvisor":
+		runsc, err := gvisor.FindRunsc(f.runsc)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		runSandbox = func(ctx context.Context, s *namespaces.Spec) (*namespaces.Result, error) {
+			return gvisor.Run(ctx, runsc, s)
+		}
+	default:
+		return usageError{fmt.Sprintf("unknown backend %q (namespaces or gvisor)", f.backend)}
+	}
 	if f.stdin {
 		spec.Stdin = os.Stdin
 	}
@@ -222,7 +241,7 @@ func runCmd(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	res, err := namespaces.Run(ctx, spec)
+	res, err := runSandbox(ctx, spec)
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "airlock: interrupted; sandbox killed")
