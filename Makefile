@@ -41,10 +41,10 @@ test-go: deps build runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 ./...
 
-# The official E2B SDK (pinned in tests/e2b/package-lock.json) against a
-# real airlock serve started by the tests.
-test-sdk: deps build
-	cd tests/e2b && npm ci --no-audit --no-fund && npm test
+# The official E2B SDKs (pinned in tests/e2b/package-lock.json) against a
+# real airlock serve started by the tests, on each backend.
+test-sdk: deps build runsc
+	cd tests/e2b && npm ci --no-audit --no-fund && npm test && AIRLOCK_TEST_BACKEND=gvisor npm test
 
 run: deps build
 	$(BIN) run -- /usr/bin/python3 -c 'import platform; print("hello from", platform.node())'

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -32,6 +33,7 @@ import (
 type serveConfig struct {
 	Listen           string                    `json:"listen"`
 	StateDir         string                    `json:"stateDir"`
+	Backend          string                    `json:"backend"`
 	DefaultTimeout   duration                  `json:"defaultTimeout"`
 	MaxTimeout       duration                  `json:"maxTimeout"`
 	MaxSandboxes     int                       `json:"maxSandboxes"`
@@ -103,6 +105,8 @@ func serveCmd(args []string) error {
 	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:49982)")
 	stateDir := fs.String("state-dir", "", "state directory (default /var/lib/airlock)")
 	poolSize := fs.Int("pool-size", -1, "ready sandboxes kept per template (default 2)")
+	backendName := fs.String("backend", "", "isolation: namespaces (default) or gvisor")
+	runscPath := fs.String("runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -131,6 +135,22 @@ func serveCmd(args []string) error {
 	if *stateDir != "" {
 		cfg.StateDir = *stateDir
 	}
+	if *backendName != "" {
+		cfg.Backend = *backendName
+	}
+	var backend sandbox.Backend
+	switch cfg.Backend {
+	case "", "namespaces":
+		backend = nsBackend{}
+	case "gvisor":
+		runsc, err := gvisor.FindRunsc(*runscPath)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		backend = gvBackend{runsc: runsc}
+	default:
+		return usageError{fmt.Sprintf("unknown backend %q (namespaces or gvisor)", cfg.Backend)}
+	}
 	mcfg, err := managerConfig(&cfg, *poolSize)
 	if err != nil {
 		return usageError{err.Error()}
@@ -151,17 +171,29 @@ func serveCmd(args []string) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	namespaces.StateDir = filepath.Join(cfg.StateDir, "run")
+	gvisor.StateDir = filepath.Join(cfg.StateDir, "gvisor")
 	// What a crashed or killed earlier daemon left behind goes first.
 	if err := namespaces.Cleanup(); err != nil {
 		log.Warn("cleanup of an earlier run", "err", err)
 	}
 	namespaces.SweepOrphanCgroups()
+	if gb, ok := backend.(gvBackend); ok {
+		gvisor.Cleanup(gb.runsc)
+	}
 	key, err := apiKey(cfg.StateDir)
 	if err != nil {
 		return err
 	}
 
-	m := sandbox.NewManager(mcfg, nsBackend{log: log}, log)
+	switch b := backend.(type) {
+	case nsBackend:
+		b.log = log
+		backend = b
+	case gvBackend:
+		b.log = log
+		backend = b
+	}
+	m := sandbox.NewManager(mcfg, backend, log)
 	srv := &http.Server{Handler: httpapi.New(m, key, log), ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
 	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
@@ -273,6 +305,16 @@ func (b nsBackend) Start(ctx context.Context, p policy.Policy) (sandbox.Instance
 }
 
 type nsInstance struct{ *namespaces.AgentSandbox }
+
+// gvBackend starts sandboxes under gVisor.
+type gvBackend struct {
+	runsc string
+	log   *slog.Logger
+}
+
+func (b gvBackend) Start(ctx context.Context, p policy.Policy) (sandbox.Instance, error) {
+	return gvisor.StartAgent(b.runsc, p, &lineLog{log: b.log})
+}
 
 func (i nsInstance) Wait() error {
 	_, err := i.AgentSandbox.Wait()

@@ -161,9 +161,17 @@ func Main() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return err
 	}
-	f := os.NewFile(3, "listener")
-	ln, err := net.FileListener(f)
-	f.Close()
+	// The daemon hands over a listening socket as fd 3; where it cannot
+	// (gVisor), it names a path to listen on.
+	var ln net.Listener
+	var err error
+	if path := os.Getenv("AIRLOCK_AGENT_SOCKET"); path != "" {
+		ln, err = net.Listen("unix", path)
+	} else {
+		f := os.NewFile(3, "listener")
+		ln, err = net.FileListener(f)
+		f.Close()
+	}
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,9 @@ const bin = process.env.AIRLOCK_BIN ?? resolve(import.meta.dirname, '../../bin/a
 export async function startServer(extraArgs = []) {
   const stateDir = mkdtempSync(join(tmpdir(), 'airlock-e2b-test-'))
   const apiKey = 'e2b_' + randomBytes(20).toString('hex')
-  const proc = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...extraArgs], {
+  // AIRLOCK_TEST_BACKEND=gvisor runs the same suites on the gVisor backend.
+  const backend = process.env.AIRLOCK_TEST_BACKEND ? ['--backend', process.env.AIRLOCK_TEST_BACKEND] : []
+  const proc = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...backend, ...extraArgs], {
     env: { ...process.env, AIRLOCK_API_KEY: apiKey },
     stdio: ['ignore', 'pipe', 'pipe'],
   })

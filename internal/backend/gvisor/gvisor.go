@@ -93,7 +93,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.
 		return nil, err
 	}
 	defer func() {
-		runscCmd(runsc, "delete", "-force", id).Run()
+		teardown(runsc, id)
 		os.RemoveAll(bundle)
 		lock.Close()
 	}()
@@ -105,7 +105,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.
 	// cgroups included, before its memory and OOM counters can be read.
 	// The sandbox keeps the pipes given to create; create's Wait returns
 	// when the sandbox has closed them (at its end).
-	create := runscCmd(runsc, "create", "--bundle", bundle, id)
+	create := runscCmd(runsc, id, "create", "--bundle", bundle, id)
 	stdout := namespaces.NewCappedWriter(spec.Stdout, p.OutputLimit)
 	stderr := namespaces.NewCappedWriter(spec.Stderr, p.OutputLimit)
 	create.Stdout, create.Stderr = stdout, stderr
@@ -125,7 +125,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if out, err := runscCmd(runsc, "start", id).CombinedOutput(); err != nil {
+	if out, err := runscCmd(runsc, id, "start", id).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("start sandbox: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	start := time.Now()
@@ -135,7 +135,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.
 	waited := make(chan waitResult, 1)
 	go func() {
 		var wr waitResult
-		out, err := runscCmd(runsc, "wait", id).Output()
+		out, err := runscCmd(runsc, id, "wait", id).Output()
 		if err != nil || json.Unmarshal(out, &wr) != nil {
 			wr.ExitStatus = 128 + int(syscall.SIGKILL)
 		}
@@ -149,10 +149,10 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.
 	case wr = <-waited:
 	case <-timer.C:
 		res.TimedOut = true
-		runscCmd(runsc, "kill", "--all", id, "KILL").Run()
+		runscCmd(runsc, id, "kill", "--all", id, "KILL").Run()
 		wr = <-waited
 	case <-ctx.Done():
-		runscCmd(runsc, "kill", "--all", id, "KILL").Run()
+		runscCmd(runsc, id, "kill", "--all", id, "KILL").Run()
 		<-waited
 		return nil, ctx.Err()
 	}
@@ -184,9 +184,32 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.
 	return res, nil
 }
 
-func runscCmd(runsc string, args ...string) *exec.Cmd {
-	base := []string{"--root", filepath.Join(StateDir, "state"), "--network", "none", "--platform", "systrap"}
-	return exec.Command(runsc, append(base, args...)...)
+func runscCmd(runsc, id string, args ...string) *exec.Cmd {
+	return runscFlags(runsc, id, nil, args...)
+}
+
+// runscFlags runs runsc for sandbox id with the backend's global flags,
+// extra ones, and a subcommand. Each sandbox has a runsc root of its own:
+// with --network=none runsc keeps a bind-mounted network namespace file in
+// its root, and a private root lets teardown remove it with the sandbox.
+func runscFlags(runsc, id string, extra []string, args ...string) *exec.Cmd {
+	base := []string{"--root", filepath.Join(StateDir, "state", id), "--network", "none", "--platform", "systrap"}
+	return exec.Command(runsc, append(append(base, extra...), args...)...)
+}
+
+// teardown deletes sandbox id from runsc and removes runsc's state for it,
+// the network namespace mount included.
+func teardown(runsc, id string) error {
+	out, err := runscCmd(runsc, id, "delete", "-force", id).CombinedOutput()
+	root := filepath.Join(StateDir, "state", id)
+	if e := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH); e != nil && !errors.Is(e, unix.EINVAL) && !errors.Is(e, unix.ENOENT) {
+		return fmt.Errorf("unmount runsc's network namespace: %w", e)
+	}
+	os.RemoveAll(root)
+	if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
+		return fmt.Errorf("runsc delete: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 func readUint(path string) (uint64, error) {
@@ -199,10 +222,10 @@ func readUint(path string) (uint64, error) {
 
 // writeBundle writes the OCI bundle: a read-only root of mount points, the
 // template's /etc and code files, and config.json.
-func writeBundle(bundle, id string, spec *namespaces.Spec) error {
+func writeBundle(bundle, id string, spec *namespaces.Spec, extra ...specs.Mount) error {
 	p := &spec.Policy
 	root := filepath.Join(bundle, "rootfs")
-	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", "home/user", strings.TrimPrefix(namespaces.CodeDir, "/")} {
+	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", "home/user"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -243,6 +266,7 @@ func writeBundle(bundle, id string, spec *namespaces.Spec) error {
 		mounts = append(mounts, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	if len(spec.Files) > 0 {
+		os.MkdirAll(filepath.Join(root, namespaces.CodeDir), 0o755)
 		code := filepath.Join(bundle, "code")
 		if err := os.MkdirAll(code, 0o755); err != nil {
 			return err
@@ -263,6 +287,16 @@ func writeBundle(bundle, id string, spec *namespaces.Spec) error {
 			return err
 		}
 		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	for _, m := range extra {
+		dst := filepath.Join(root, m.Destination)
+		if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
+			os.MkdirAll(filepath.Dir(dst), 0o755)
+			os.WriteFile(dst, nil, 0o644)
+		} else {
+			os.MkdirAll(dst, 0o755)
+		}
+		mounts = append(mounts, m)
 	}
 	mem := p.MemoryBytes
 	pids := idleHostTasks + 2*p.Pids
@@ -320,7 +354,8 @@ func Cleanup(runsc string) error {
 		} else if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
 			continue // being created
 		}
-		runscCmd(runsc, "delete", "-force", e.Name()).Run()
+		teardown(runsc, e.Name())
+		os.RemoveAll(filepath.Join(StateDir, "agents", e.Name()))
 		os.RemoveAll(dir)
 	}
 	return nil
