@@ -34,6 +34,7 @@ type serveConfig struct {
 	Listen           string                    `json:"listen"`
 	StateDir         string                    `json:"stateDir"`
 	Backend          string                    `json:"backend"`
+	Runsc            string                    `json:"runsc"`
 	DefaultTimeout   duration                  `json:"defaultTimeout"`
 	MaxTimeout       duration                  `json:"maxTimeout"`
 	MaxSandboxes     int                       `json:"maxSandboxes"`
@@ -49,6 +50,7 @@ type templateConfig struct {
 	CPUs     *float64 `json:"cpus"`
 	Disk     *size    `json:"disk"`
 	PoolSize *int     `json:"poolSize"`
+	Backend  string   `json:"backend"` // this template's isolation, if not the server's
 }
 
 // duration reads "30s" style strings in JSON.
@@ -138,22 +140,50 @@ func serveCmd(args []string) error {
 	if *backendName != "" {
 		cfg.Backend = *backendName
 	}
-	var backend sandbox.Backend
-	switch cfg.Backend {
-	case "", "namespaces":
-		backend = nsBackend{}
-	case "gvisor":
-		runsc, err := gvisor.FindRunsc(*runscPath)
-		if err != nil {
-			return usageError{err.Error()}
+	if *runscPath != "" {
+		cfg.Runsc = *runscPath
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	backends := map[string]sandbox.Backend{}
+	backendFor := func(name string) (sandbox.Backend, error) {
+		if name == "" {
+			name = "namespaces"
 		}
-		backend = gvBackend{runsc: runsc}
-	default:
-		return usageError{fmt.Sprintf("unknown backend %q (namespaces or gvisor)", cfg.Backend)}
+		if b, ok := backends[name]; ok {
+			return b, nil
+		}
+		var b sandbox.Backend
+		switch name {
+		case "namespaces":
+			b = nsBackend{log: log}
+		case "gvisor":
+			runsc, err := gvisor.FindRunsc(cfg.Runsc)
+			if err != nil {
+				return nil, err
+			}
+			b = gvBackend{runsc: runsc, log: log}
+		default:
+			return nil, fmt.Errorf("unknown backend %q (namespaces or gvisor)", name)
+		}
+		backends[name] = b
+		return b, nil
+	}
+	backend, err := backendFor(cfg.Backend)
+	if err != nil {
+		return usageError{err.Error()}
 	}
 	mcfg, err := managerConfig(&cfg, *poolSize)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	for i, t := range mcfg.Templates {
+		if tc, ok := cfg.Templates[t.Name]; ok && tc.Backend != "" {
+			b, err := backendFor(tc.Backend)
+			if err != nil {
+				return usageError{fmt.Sprintf("template %s: %v", t.Name, err)}
+			}
+			mcfg.Templates[i].Backend = b
+		}
 	}
 	if os.Geteuid() != 0 {
 		return usageError{namespaces.ErrNotRoot.Error()}
@@ -165,8 +195,6 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("listen on %s: %v", cfg.Listen, errors.Unwrap(err))}
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -177,7 +205,7 @@ func serveCmd(args []string) error {
 		log.Warn("cleanup of an earlier run", "err", err)
 	}
 	namespaces.SweepOrphanCgroups()
-	if gb, ok := backend.(gvBackend); ok {
+	if gb, ok := backends["gvisor"].(gvBackend); ok {
 		gvisor.Cleanup(gb.runsc)
 	}
 	key, err := apiKey(cfg.StateDir)
@@ -185,14 +213,6 @@ func serveCmd(args []string) error {
 		return err
 	}
 
-	switch b := backend.(type) {
-	case nsBackend:
-		b.log = log
-		backend = b
-	case gvBackend:
-		b.log = log
-		backend = b
-	}
 	m := sandbox.NewManager(mcfg, backend, log)
 	srv := &http.Server{Handler: httpapi.New(m, key, log), ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()

@@ -48,6 +48,16 @@ type Template struct {
 	Policy policy.Policy
 	// PoolSize is how many ready sandboxes to keep.
 	PoolSize int
+	// Backend isolates this template's sandboxes; nil: the manager's.
+	Backend Backend
+}
+
+// backend returns the backend of t's sandboxes.
+func (m *Manager) backendOf(t *Template) Backend {
+	if t.Backend != nil {
+		return t.Backend
+	}
+	return m.backend
 }
 
 // Config is the manager's configuration.
@@ -187,7 +197,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	m.mu.Unlock()
 	inst, warm := p.claim()
 	if inst == nil {
-		if inst, err = m.backend.Start(ctx, p.tmpl.Policy); err != nil {
+		if inst, err = m.backendOf(&p.tmpl).Start(ctx, p.tmpl.Policy); err != nil {
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
