@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -725,4 +726,13 @@ func TestMountPropagationStaysInside(t *testing.T) {
 	if strings.Contains(o.stdout, "shared:") {
 		t.Errorf("the bound tree is still shared with the host: %s", o.stdout)
 	}
+}
+
+// The properties every backend must have (the same table as gVisor's).
+func TestIsolationProperties(t *testing.T) {
+	backendtest.Properties(t, func(t *testing.T, p policy.Policy, script string) backendtest.Outcome {
+		o := sh(t, p, script)
+		return backendtest.Outcome{ExitCode: o.ExitCode, Signal: o.Signal, TimedOut: o.TimedOut, OOMKilled: o.OOMKilled,
+			StdoutTruncated: o.StdoutTruncated, Stdout: o.stdout, Stderr: o.stderr}
+	})
 }
