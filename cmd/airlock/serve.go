@@ -31,15 +31,18 @@ import (
 // serveConfig is the daemon's configuration: built-in defaults, then the
 // config file, then environment variables, then flags.
 type serveConfig struct {
-	Listen           string                    `json:"listen"`
-	StateDir         string                    `json:"stateDir"`
-	Backend          string                    `json:"backend"`
-	Runsc            string                    `json:"runsc"`
-	DefaultTimeout   duration                  `json:"defaultTimeout"`
-	MaxTimeout       duration                  `json:"maxTimeout"`
-	MaxSandboxes     int                       `json:"maxSandboxes"`
-	PoolMemoryBudget size                      `json:"poolMemoryBudget"`
-	Templates        map[string]templateConfig `json:"templates"`
+	Listen   string `json:"listen"`
+	StateDir string `json:"stateDir"`
+	Backend  string `json:"backend"`
+	Runsc    string `json:"runsc"`
+	// AllowRequestBackend lets a create request pick its backend
+	// ("backend": "gvisor"); both backends must then be usable.
+	AllowRequestBackend bool                      `json:"allowRequestBackend"`
+	DefaultTimeout      duration                  `json:"defaultTimeout"`
+	MaxTimeout          duration                  `json:"maxTimeout"`
+	MaxSandboxes        int                       `json:"maxSandboxes"`
+	PoolMemoryBudget    size                      `json:"poolMemoryBudget"`
+	Templates           map[string]templateConfig `json:"templates"`
 }
 
 // templateConfig overrides a template's limits and pool size; a field
@@ -175,6 +178,14 @@ func serveCmd(args []string) error {
 	mcfg, err := managerConfig(&cfg, *poolSize)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	if cfg.AllowRequestBackend {
+		for _, name := range []string{"namespaces", "gvisor"} {
+			if _, err := backendFor(name); err != nil {
+				return usageError{fmt.Sprintf("allowRequestBackend needs every backend: %v", err)}
+			}
+		}
+		mcfg.AllowRequestBackend, mcfg.Backends = true, backends
 	}
 	for i, t := range mcfg.Templates {
 		if tc, ok := cfg.Templates[t.Name]; ok && tc.Backend != "" {

@@ -300,3 +300,39 @@ func airlockWithin(t *testing.T, d time.Duration, args ...string) cliResult {
 	cmd.Wait()
 	return cliResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }
+
+// TestServeBackendPerRequest: where the server allows it, a create request
+// picks gVisor; elsewhere asking is refused.
+func TestServeBackendPerRequest(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	if _, err := exec.LookPath("runsc"); err != nil && os.Getenv("AIRLOCK_RUNSC") == "" {
+		t.Skip("no runsc (make test builds it)")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "airlock.json")
+	os.WriteFile(cfg, []byte(`{"allowRequestBackend": true, "templates": {"base": {"poolSize": 1}, "code-interpreter-v1": {"poolSize": 0}}}`), 0o644)
+	s := startServe(t, filepath.Join(dir, "state"), "--config", cfg)
+	key := map[string]string{"X-API-KEY": s.key}
+	for backend, want := range map[string]string{"gvisor": "gvisor", "": "fc", "namespaces": "fc"} {
+		code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "backend": backend}, key)
+		if code != 201 {
+			t.Fatalf("create with backend %q: %d %s", backend, code, body)
+		}
+		var c created
+		json.Unmarshal(body, &c)
+		release := s.run(t, c, "uname -r")
+		if onGVisor := strings.Contains(release, "gvisor"); onGVisor != (want == "gvisor") {
+			t.Errorf("backend %q: kernel %q", backend, release)
+		}
+	}
+	if code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"backend": "vmware"}, key); code != 400 {
+		t.Errorf("unknown backend: %d %s", code, body)
+	}
+	s.stop(t)
+
+	s = startServe(t, filepath.Join(dir, "state2"), "--pool-size", "0")
+	defer s.stop(t)
+	if code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"backend": "gvisor"}, key); code != 400 || !strings.Contains(string(body), "does not let a request choose") {
+		t.Errorf("backend asked of a server that does not allow it: %d %s", code, body)
+	}
+}

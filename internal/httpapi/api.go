@@ -150,6 +150,9 @@ type createBody struct {
 	Timeout             *int64            `json:"timeout"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	AutoPause           *bool             `json:"autoPause"`
+	// Backend is Airlock's own: the isolation of this sandbox, where the
+	// server allows a request to choose it.
+	Backend string `json:"backend"`
 }
 
 // sandboxJSON is the Sandbox object of create and connect.
@@ -215,6 +218,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.m.Create(r.Context(), sandbox.CreateRequest{
 		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
+		Backend: b.Backend,
 	})
 	if err != nil {
 		s.managerError(w, err)

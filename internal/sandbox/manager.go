@@ -70,6 +70,10 @@ type Config struct {
 	MaxTTL           time.Duration
 	// MaxSandboxes bounds running sandboxes (claimed ones; 0: no bound).
 	MaxSandboxes int
+	// Backends are the backends a create request may name, when
+	// AllowRequestBackend is set.
+	Backends            map[string]Backend
+	AllowRequestBackend bool
 }
 
 // Errors the API maps to statuses.
@@ -171,6 +175,8 @@ type CreateRequest struct {
 	EnvVars    map[string]string
 	TTL        time.Duration // 0: the default
 	ClientID   string
+	// Backend names the isolation for this sandbox ("" : the template's).
+	Backend string
 }
 
 // Create hands out a sandbox of the requested template: a warm one from
@@ -195,9 +201,25 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
 	}
 	m.mu.Unlock()
-	inst, warm := p.claim()
+	backend := m.backendOf(&p.tmpl)
+	if req.Backend != "" {
+		if !m.cfg.AllowRequestBackend {
+			return nil, fmt.Errorf("%w: this server does not let a request choose its backend", ErrInvalid)
+		}
+		b, ok := m.cfg.Backends[req.Backend]
+		if !ok {
+			return nil, fmt.Errorf("%w: unknown backend %q", ErrInvalid, req.Backend)
+		}
+		backend = b
+	}
+	var inst Instance
+	warm := false
+	// The pool holds sandboxes of the template's own backend only.
+	if backend == m.backendOf(&p.tmpl) {
+		inst, warm = p.claim()
+	}
 	if inst == nil {
-		if inst, err = m.backendOf(&p.tmpl).Start(ctx, p.tmpl.Policy); err != nil {
+		if inst, err = backend.Start(ctx, p.tmpl.Policy); err != nil {
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
