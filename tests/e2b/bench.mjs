@@ -3,13 +3,16 @@
 // run, is a bare HTTP round trip to the daemon (the floor of any call).
 import { Sandbox } from 'e2b'
 import { startServer, sleep } from './harness.mjs'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 
 const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
 const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
 const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
 
 async function poolReady(server, n) {
-  for (let i = 0; i < 400; i++) {
+  for (let i = 0; i < 1200; i++) {
     const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
     const got = Number(/airlock_pool_ready\{template="base"\} (\d+)/.exec(m)?.[1] ?? 0)
     if (got >= n) return
@@ -24,7 +27,11 @@ async function baseline(server, n = 200) {
   return xs
 }
 
-const warm = await startServer(['--pool-size', '20'])
+// A pool of 20 needs more than the default 1 GiB budget on gVisor, whose
+// idle sandboxes hold more memory (the Sentry's).
+const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-bench-')), 'airlock.json')
+writeFileSync(cfg, JSON.stringify({ poolMemoryBudget: '8G' }))
+const warm = await startServer(['--pool-size', '20', '--config', cfg])
 const floor = await baseline(warm)
 await poolReady(warm, 20)
 
@@ -66,7 +73,7 @@ for (let i = 0; i < 20; i++) {
 await cold.stop()
 
 const med = (xs) => pct(xs, 50)
-console.log(`airlock serve through the E2B SDK (e2b ${(await import('e2b/package.json', { with: { type: 'json' } })).default.version})`)
+console.log(`airlock serve${process.env.AIRLOCK_TEST_BACKEND ? ' --backend ' + process.env.AIRLOCK_TEST_BACKEND : ''} through the E2B SDK (e2b ${(await import('e2b/package.json', { with: { type: 'json' } })).default.version})`)
 console.log(`  baseline: HTTP GET /health            ${fmt(floor)}`)
 console.log(`  create, from the pool, 1 at a time     ${fmt(single)}   ${(med(single) / med(floor)).toFixed(1)}x baseline`)
 console.log(`  create, from the pool, 20 concurrent   ${fmt(burst)}`)
