@@ -103,6 +103,10 @@ func serveCmd(args []string) error {
 	// being started must still shut down cleanly, not kill the daemon.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A log reader that goes away (a closed terminal, a parent that
+	// exited) must not kill the daemon: Go exits on SIGPIPE from a write
+	// to stdout or stderr unless the signal is handled. Writes then fail.
+	signal.Ignore(syscall.SIGPIPE)
 	cfg := defaultServeConfig()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
