@@ -14,7 +14,8 @@ const usage = `usage: airlock <command> [flags]
 
 commands:
   run     run a command or a code snippet in a fresh sandbox
-  serve   serve the E2B-compatible API (sandboxes, gateway, warm pools)
+  serve   serve the E2B-compatible API (sandboxes, gateway, warm pools) and MCP at /mcp
+  mcp     serve MCP over stdio, for agents that start their tools
   bench   compare airlock run against bare python3
   version print the version
 `
@@ -53,6 +54,8 @@ func run(args []string) error {
 		return benchCmd(args[1:])
 	case "serve":
 		return serveCmd(args[1:])
+	case "mcp":
+		return mcpCmd(args[1:])
 	case namespaces.AgentArg:
 		// Inside a sandbox, started by its init: serve the envd protocol.
 		return agent.Main()

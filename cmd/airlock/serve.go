@@ -20,10 +20,13 @@ import (
 	"syscall"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -229,7 +232,14 @@ func serveCmd(args []string) error {
 	}
 
 	m := sandbox.NewManager(mcfg, backend, log)
-	srv := &http.Server{Handler: httpapi.New(m, key, log), ReadHeaderTimeout: 30 * time.Second}
+	api := httpapi.New(m, key, log)
+	// MCP's streamable HTTP transport: a session's sandbox lives as long
+	// as the session, which ends when the client closes it or goes idle.
+	mcpServer := mcp.New(m, time.Duration(cfg.DefaultTimeout), log)
+	api.HandleAuthenticated("/mcp", sdk.NewStreamableHTTPHandler(
+		func(*http.Request) *sdk.Server { return mcpServer },
+		&sdk.StreamableHTTPOptions{SessionTimeout: time.Duration(cfg.DefaultTimeout), Logger: log}))
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
 	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
 	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir)

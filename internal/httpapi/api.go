@@ -114,16 +114,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// auth requires the API key in X-API-KEY.
+// auth requires the API key, in X-API-KEY as E2B's SDKs send it or as a
+// bearer token as MCP clients do.
 func (s *Server) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
+		if key == "" {
+			key, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		}
 		if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
-			writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY)")
+			writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY or Authorization: Bearer)")
 			return
 		}
 		h(w, r)
 	})
+}
+
+// HandleAuthenticated serves h at pattern to clients with the API key.
+func (s *Server) HandleAuthenticated(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, s.auth(h.ServeHTTP))
 }
 
 // managerError maps the manager's errors to statuses. What is not the

@@ -143,9 +143,10 @@ type Manager struct {
 	pools     map[string]*pool
 	closed    bool
 
-	ctx    context.Context // ends at Shutdown: stops the pool fillers
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx      context.Context // ends at Shutdown: stops the pool fillers
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	removing sync.WaitGroup // teardowns under way
 }
 
 // NewManager starts the pools of cfg's templates.
@@ -381,6 +382,10 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 		return
 	}
 	delete(m.sandboxes, sb.ID)
+	// Shutdown waits for this teardown, too: one that began just before
+	// it must not be cut short by the process exiting.
+	m.removing.Add(1)
+	defer m.removing.Done()
 	m.mu.Unlock()
 	sb.mu.Lock()
 	if sb.timer != nil {
@@ -413,6 +418,7 @@ func (m *Manager) Shutdown() {
 		p.drain()
 	}
 	wg.Wait()
+	m.removing.Wait()
 }
 
 // Counts reports running (claimed) and pooled sandboxes per template.

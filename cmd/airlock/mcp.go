@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// mcpCmd serves MCP over stdin and stdout for one agent, the way MCP
+// clients start local servers. Sandboxes run in this process, on the
+// namespaces backend; they end with it.
+func mcpCmd(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	signal.Ignore(syscall.SIGPIPE)
+	cfg := defaultServeConfig()
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	stateDir := fs.String("state-dir", cfg.StateDir, "state directory")
+	poolSize := fs.Int("pool-size", 1, "ready sandboxes kept per template")
+	timeout := fs.Duration("timeout", time.Hour, "time to live of a session's sandbox")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	cfg.StateDir = *stateDir
+	if *timeout <= 0 {
+		return usageError{"timeout must be positive"}
+	}
+	cfg.DefaultTimeout = duration(*timeout)
+	if *timeout > time.Duration(cfg.MaxTimeout) {
+		cfg.MaxTimeout = duration(*timeout)
+	}
+	mcfg, err := managerConfig(&cfg, *poolSize)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if os.Geteuid() != 0 {
+		return usageError{namespaces.ErrNotRoot.Error()}
+	}
+	if !filepath.IsAbs(cfg.StateDir) {
+		return usageError{fmt.Sprintf("state directory %q is not an absolute path", cfg.StateDir)}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	// stdout carries the protocol: the log goes to stderr, which MCP
+	// clients show as the server's log.
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	namespaces.StateDir = filepath.Join(cfg.StateDir, "run")
+	// Several of these, one per agent, and a daemon may share the state
+	// directory: cleanup touches only sandboxes whose owner has died.
+	if err := namespaces.Cleanup(); err != nil {
+		log.Warn("cleanup of an earlier run", "err", err)
+	}
+	m := sandbox.NewManager(mcfg, nsBackend{log: log}, log)
+	defer m.Shutdown()
+	err = mcp.New(m, *timeout, log).Run(ctx, &sdk.StdioTransport{})
+	if ctx.Err() != nil || errors.Is(err, io.EOF) {
+		return nil // the client closed stdin or stopped us: a normal end
+	}
+	return err
+}

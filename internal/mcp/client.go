@@ -1,0 +1,207 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// The daemon's side of the agent protocol, for the MCP tools: the same
+// requests the E2B SDKs make, sent straight to the sandbox's agent.
+
+const (
+	envdPort   = "49983"
+	interpPort = "49999"
+)
+
+func agentRequest(ctx context.Context, sb *sandbox.Sandbox, method, path, port, contentType string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("E2b-Sandbox-Port", port)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	return sb.Transport().RoundTrip(req)
+}
+
+// codeOutput is what one execution produced.
+type codeOutput struct {
+	Stdout, Stderr string
+	Results        []map[string]any
+	Error          *struct{ Name, Value, Traceback string }
+}
+
+func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, contextID string) (*codeOutput, error) {
+	body, _ := json.Marshal(map[string]any{"code": code, "language": language, "context_id": contextID})
+	resp, err := agentRequest(ctx, sb, "POST", "/execute", interpPort, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("%s", strings.TrimSpace(string(msg)))
+	}
+	out := &codeOutput{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		switch line["type"] {
+		case "stdout":
+			out.Stdout += fmt.Sprint(line["text"])
+		case "stderr":
+			out.Stderr += fmt.Sprint(line["text"])
+		case "result":
+			out.Results = append(out.Results, line)
+		case "error":
+			out.Error = &struct{ Name, Value, Traceback string }{fmt.Sprint(line["name"]), fmt.Sprint(line["value"]), fmt.Sprint(line["traceback"])}
+		}
+	}
+	return out, sc.Err()
+}
+
+// commandOutput is what a command produced.
+type commandOutput struct {
+	Pid            uint32
+	Stdout, Stderr string
+	ExitCode       int
+	Ended          bool
+}
+
+// runCommand runs bash -l -c command in the sandbox, as commands.run does,
+// and returns once it ended (or, in background, once it started).
+func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, background bool) (*commandOutput, error) {
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", command}}, "stdin": false})
+	frame := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
+	frame = append(frame, msg...)
+	resp, err := agentRequest(ctx, sb, "POST", "/process.Process/Start", envdPort, "application/connect+json", bytes.NewReader(frame))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := &commandOutput{}
+	for {
+		var hdr [5]byte
+		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			return out, fmt.Errorf("command stream ended early: %w", err)
+		}
+		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+		if _, err := io.ReadFull(resp.Body, data); err != nil {
+			return out, err
+		}
+		if hdr[0]&2 != 0 { // end of stream
+			var end struct {
+				Error *struct{ Message string } `json:"error"`
+			}
+			json.Unmarshal(data, &end)
+			if end.Error != nil {
+				return out, fmt.Errorf("%s", end.Error.Message)
+			}
+			return out, nil
+		}
+		var ev struct {
+			Event struct {
+				Start *struct{ Pid uint32 } `json:"start"`
+				Data  *struct {
+					Stdout, Stderr []byte
+				} `json:"data"`
+				End *struct {
+					ExitCode int `json:"exitCode"`
+				} `json:"end"`
+			} `json:"event"`
+		}
+		json.Unmarshal(data, &ev)
+		switch {
+		case ev.Event.Start != nil:
+			out.Pid = ev.Event.Start.Pid
+			if background {
+				return out, nil
+			}
+		case ev.Event.Data != nil:
+			out.Stdout += string(ev.Event.Data.Stdout)
+			out.Stderr += string(ev.Event.Data.Stderr)
+		case ev.Event.End != nil:
+			out.ExitCode, out.Ended = ev.Event.End.ExitCode, true
+		}
+	}
+}
+
+func readFile(ctx context.Context, sb *sandbox.Sandbox, path string, limit int64) ([]byte, bool, error) {
+	resp, err := agentRequest(ctx, sb, "GET", "/files?path="+url.QueryEscape(path), envdPort, "", nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if resp.StatusCode != 200 {
+		var e struct{ Message string }
+		json.Unmarshal(data, &e)
+		return nil, false, fmt.Errorf("%s", e.Message)
+	}
+	truncated := int64(len(data)) > limit
+	if truncated {
+		data = data[:limit]
+	}
+	return data, truncated, nil
+}
+
+func writeFile(ctx context.Context, sb *sandbox.Sandbox, path string, content []byte) error {
+	resp, err := agentRequest(ctx, sb, "POST", "/files?path="+url.QueryEscape(path), envdPort, "application/octet-stream", bytes.NewReader(content))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var e struct{ Message string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("%s", e.Message)
+	}
+	return nil
+}
+
+type listedEntry struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
+	Size string `json:"size"`
+}
+
+func listFiles(ctx context.Context, sb *sandbox.Sandbox, path string, depth int) ([]listedEntry, error) {
+	body, _ := json.Marshal(map[string]any{"path": path, "depth": depth})
+	resp, err := agentRequest(ctx, sb, "POST", "/filesystem.Filesystem/ListDir", envdPort, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var e struct{ Message string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return nil, fmt.Errorf("%s", e.Message)
+	}
+	var r struct{ Entries []listedEntry }
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	return r.Entries, err
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	return base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+}

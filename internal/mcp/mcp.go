@@ -1,0 +1,347 @@
+// Package mcp serves Airlock's sandboxes as Model Context Protocol tools:
+// stateful code execution with charts returned as images, commands and
+// files, each MCP session with a sandbox of its own.
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Limits of what a tool returns to the model.
+const (
+	maxText      = 64 << 10 // per text block
+	maxFile      = 1 << 20
+	codeTemplate = "code-interpreter-v1"
+)
+
+// Server binds MCP sessions to sandboxes of a Manager.
+type Server struct {
+	m   *sandbox.Manager
+	log *slog.Logger
+	ttl time.Duration
+
+	mu        sync.Mutex
+	bySession map[string]string // MCP session → its sandbox
+}
+
+// New returns the MCP server over m. ttl is the time to live of the
+// sandboxes its sessions create.
+func New(m *sandbox.Manager, ttl time.Duration, log *slog.Logger) *sdk.Server {
+	s := &Server{m: m, log: log, ttl: ttl, bySession: map[string]string{}}
+	srv := sdk.NewServer(&sdk.Implementation{Name: "airlock", Version: "0.1"}, &sdk.ServerOptions{
+		Instructions: "Airlock runs code in isolated, ephemeral sandboxes. run_code keeps state between calls " +
+			"(a Jupyter kernel) and returns charts as images. Each session gets its own sandbox on first use.",
+		InitializedHandler: func(ctx context.Context, req *sdk.InitializedRequest) {
+			// When the session ends, so does its sandbox.
+			ss := req.Session
+			go func() {
+				ss.Wait()
+				s.endSession(ss.ID())
+			}()
+		},
+	})
+	sdk.AddTool(srv, &sdk.Tool{Name: "run_code", Description: "Run code in the session's sandbox, in a stateful Jupyter kernel: " +
+		"variables persist between calls. Returns printed output, the value of the last expression, charts (matplotlib) as " +
+		"images, tables as HTML, and errors with their traceback."}, s.runCode)
+	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command (bash) in the session's sandbox as an " +
+		"unprivileged user in /home/user. Returns stdout, stderr and the exit code; with background, returns the pid at once."}, s.runCommand)
+	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a text file from the session's sandbox."}, s.readFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Write a text file in the session's sandbox, creating directories as needed."}, s.writeFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Description: "List a directory of the session's sandbox."}, s.listFiles)
+	sdk.AddTool(srv, &sdk.Tool{Name: "create_sandbox", Description: "Start a fresh sandbox for this session (the old one is " +
+		"killed). Only needed to change the template or the timeout; tools create one on first use."}, s.createSandbox)
+	sdk.AddTool(srv, &sdk.Tool{Name: "kill_sandbox", Description: "Kill the session's sandbox; everything in it is lost."}, s.killSandbox)
+	sdk.AddTool(srv, &sdk.Tool{Name: "list_sandboxes", Description: "Show the session's sandbox: its id, template, " +
+		"when it ends and its limits. A session sees and controls only its own."}, s.listSandboxes)
+	return srv
+}
+
+func sessionID(req *sdk.CallToolRequest) string {
+	if req.Session != nil {
+		return req.Session.ID()
+	}
+	return ""
+}
+
+// sandboxFor returns the session's sandbox, creating it on first use.
+// Each use restarts its time to live: it ends when the agent has been
+// idle that long, not in the middle of its work.
+func (s *Server) sandboxFor(ctx context.Context, session string) (*sandbox.Sandbox, error) {
+	s.mu.Lock()
+	id, ok := s.bySession[session]
+	s.mu.Unlock()
+	if ok {
+		if sb, err := s.m.Get(id); err == nil {
+			s.m.SetTTL(id, s.ttl)
+			return sb, nil
+		}
+	}
+	return s.create(ctx, session, codeTemplate, s.ttl)
+}
+
+func (s *Server) create(ctx context.Context, session, template string, ttl time.Duration) (*sandbox.Sandbox, error) {
+	sb, err := s.m.Create(ctx, sandbox.CreateRequest{TemplateID: template, TTL: ttl, ClientID: "mcp",
+		Metadata: map[string]string{"mcp-session": session}})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	old, had := s.bySession[session]
+	s.bySession[session] = sb.ID
+	s.mu.Unlock()
+	if had {
+		s.m.Kill(old)
+	}
+	return sb, nil
+}
+
+func (s *Server) endSession(session string) {
+	s.mu.Lock()
+	id, ok := s.bySession[session]
+	delete(s.bySession, session)
+	s.mu.Unlock()
+	if ok {
+		s.m.Kill(id)
+		s.log.Info("mcp session ended", "sandbox", id)
+	}
+}
+
+// toolError is a tool result that reports a failure to the model (not a
+// protocol error).
+func toolError(format string, args ...any) *sdk.CallToolResult {
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+func capText(s string) string {
+	if len(s) <= maxText {
+		return s
+	}
+	return s[:maxText] + fmt.Sprintf("\n[output truncated: %d of %d bytes shown]", maxText, len(s))
+}
+
+type runCodeIn struct {
+	Code      string `json:"code" jsonschema:"the code to run"`
+	Language  string `json:"language,omitempty" jsonschema:"the kernel's language; default python"`
+	ContextID string `json:"context_id,omitempty" jsonschema:"an interpreter context id, to keep separate state"`
+}
+
+func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCodeIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandboxFor(ctx, sessionID(req))
+	if err != nil {
+		return toolError("no sandbox: %v", err), nil, nil
+	}
+	out, err := executeCode(ctx, sb, in.Code, in.Language, in.ContextID)
+	if err != nil {
+		return toolError("run_code failed: %v", err), nil, nil
+	}
+	res := &sdk.CallToolResult{}
+	text := func(t string) { res.Content = append(res.Content, &sdk.TextContent{Text: capText(t)}) }
+	if out.Stdout != "" {
+		text("stdout:\n" + out.Stdout)
+	}
+	if out.Stderr != "" {
+		text("stderr:\n" + out.Stderr)
+	}
+	for _, r := range out.Results {
+		shown := false
+		for _, kind := range []string{"png", "jpeg"} {
+			if b64, ok := r[kind].(string); ok {
+				if data, err := decodeBase64(b64); err == nil {
+					res.Content = append(res.Content, &sdk.ImageContent{Data: data, MIMEType: "image/" + kind})
+					shown = true
+				}
+			}
+		}
+		for _, kind := range []string{"markdown", "html"} {
+			if v, ok := r[kind].(string); ok && !shown {
+				text(v)
+				shown = true
+			}
+		}
+		if v, ok := r["text"].(string); ok && !shown {
+			text(v)
+		}
+	}
+	if out.Error != nil {
+		res.IsError = true
+		text(fmt.Sprintf("%s: %s\n%s", out.Error.Name, out.Error.Value, stripANSI(out.Error.Traceback)))
+	}
+	if len(res.Content) == 0 {
+		text("(no output)")
+	}
+	return res, nil, nil
+}
+
+type runCommandIn struct {
+	Command        string `json:"command" jsonschema:"the shell command to run (bash)"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds; default 60"`
+	Background     bool   `json:"background,omitempty" jsonschema:"start it and return its pid without waiting"`
+}
+
+func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in runCommandIn) (*sdk.CallToolResult, any, error) {
+	if in.Command == "" {
+		return toolError("command is empty"), nil, nil
+	}
+	sb, err := s.sandboxFor(ctx, sessionID(req))
+	if err != nil {
+		return toolError("no sandbox: %v", err), nil, nil
+	}
+	timeout := 60 * time.Second
+	if in.TimeoutSeconds > 0 {
+		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := runCommand(cctx, sb, in.Command, in.Background)
+	if in.Background && err == nil {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("started in the background, pid %d", out.Pid)}}}, nil, nil
+	}
+	if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return toolError("the command did not finish within %s", timeout), nil, nil
+	}
+	if err != nil {
+		return toolError("run_command failed: %v", err), nil, nil
+	}
+	res := &sdk.CallToolResult{IsError: out.ExitCode != 0}
+	res.Content = append(res.Content, &sdk.TextContent{Text: capText(fmt.Sprintf("exit code %d\nstdout:\n%s\nstderr:\n%s", out.ExitCode, out.Stdout, out.Stderr))})
+	return res, nil, nil
+}
+
+type pathIn struct {
+	Path string `json:"path" jsonschema:"a path in the sandbox; relative paths start at /home/user"`
+}
+
+func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in pathIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandboxFor(ctx, sessionID(req))
+	if err != nil {
+		return toolError("no sandbox: %v", err), nil, nil
+	}
+	data, truncated, err := readFile(ctx, sb, in.Path, maxFile)
+	if err != nil {
+		return toolError("read_file: %v", err), nil, nil
+	}
+	t := string(data)
+	if truncated {
+		t += fmt.Sprintf("\n[file truncated at %d bytes]", maxFile)
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: t}}}, nil, nil
+}
+
+type writeIn struct {
+	Path    string `json:"path" jsonschema:"where to write, in the sandbox"`
+	Content string `json:"content" jsonschema:"the text to write"`
+}
+
+func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in writeIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandboxFor(ctx, sessionID(req))
+	if err != nil {
+		return toolError("no sandbox: %v", err), nil, nil
+	}
+	if err := writeFile(ctx, sb, in.Path, []byte(in.Content)); err != nil {
+		return toolError("write_file: %v", err), nil, nil
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("wrote %d bytes to %s", len(in.Content), in.Path)}}}, nil, nil
+}
+
+type listIn struct {
+	Path  string `json:"path" jsonschema:"the directory to list"`
+	Depth int    `json:"depth,omitempty" jsonschema:"how deep to list; default 1"`
+}
+
+func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in listIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandboxFor(ctx, sessionID(req))
+	if err != nil {
+		return toolError("no sandbox: %v", err), nil, nil
+	}
+	depth := max(in.Depth, 1)
+	entries, err := listFiles(ctx, sb, in.Path, depth)
+	if err != nil {
+		return toolError("list_files: %v", err), nil, nil
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		kind := "file"
+		if e.Type == "FILE_TYPE_DIRECTORY" {
+			kind = "dir"
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s\n", kind, e.Size, e.Path)
+	}
+	if b.Len() == 0 {
+		b.WriteString("(empty)")
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: capText(b.String())}}}, nil, nil
+}
+
+type createIn struct {
+	Template       string `json:"template,omitempty" jsonschema:"base or code-interpreter-v1 (default)"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"the sandbox's time to live, within the server's bounds"`
+}
+
+func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
+	tmpl := in.Template
+	if tmpl == "" {
+		tmpl = codeTemplate
+	}
+	ttl := s.ttl
+	if in.TimeoutSeconds > 0 {
+		ttl = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	sb, err := s.create(ctx, sessionID(req), tmpl, ttl)
+	if err != nil {
+		return toolError("create_sandbox: %v", err), nil, nil
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("sandbox %s (%s) ready until %s", sb.ID, tmpl, sb.EndAt().UTC().Format(time.RFC3339))}}}, nil, nil
+}
+
+// killSandbox ends the session's own sandbox. A session can touch no
+// other: the model behind it may be following injected instructions.
+func (s *Server) killSandbox(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
+	s.mu.Lock()
+	id, ok := s.bySession[sessionID(req)]
+	delete(s.bySession, sessionID(req))
+	s.mu.Unlock()
+	if !ok || s.m.Kill(id) != nil {
+		return toolError("this session has no sandbox"), nil, nil
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "killed " + id + "; the next tool call starts a fresh sandbox"}}}, nil, nil
+}
+
+// listSandboxes shows the session's sandbox, the only one it can use.
+func (s *Server) listSandboxes(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
+	s.mu.Lock()
+	id, ok := s.bySession[sessionID(req)]
+	s.mu.Unlock()
+	sb, err := s.m.Get(id)
+	if !ok || err != nil {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "(none: the next tool call starts one)"}}}, nil, nil
+	}
+	text := fmt.Sprintf("%s\t%s\tuntil %s (idle timeout %s)\tmemory %d MiB, %g CPUs, disk %d MiB",
+		sb.ID, sb.TemplateID, sb.EndAt().UTC().Format(time.RFC3339), s.ttl, sb.MemoryMB, sb.CPUs, sb.DiskMB)
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil, nil
+}
+
+func stripANSI(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+				j++
+			}
+			i = j
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

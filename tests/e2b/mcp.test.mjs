@@ -1,0 +1,146 @@
+// Drives Airlock's MCP server with the official MCP TypeScript client:
+// over streamable HTTP from `airlock serve`, and over stdio from
+// `airlock mcp`, as agents' hosts start it.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync, readdirSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
+import { startServer, sleep } from './harness.mjs'
+
+let server
+before(async () => { server = await startServer(['--pool-size', '1']) })
+after(async () => {
+  const res = await server.stop()
+  assert.deepEqual(res.leftover, [], 'sandboxes left behind')
+})
+
+async function httpClient() {
+  const client = new Client({ name: 'airlock-test', version: '1.0.0' })
+  const transport = new StreamableHTTPClientTransport(new URL(server.env.E2B_API_URL + '/mcp'), {
+    requestInit: { headers: { Authorization: `Bearer ${server.apiKey}` } },
+  })
+  await client.connect(transport)
+  return { client, transport }
+}
+
+const text = (res) => res.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n')
+
+async function mcpSandboxes() {
+  const res = await fetch(server.env.E2B_API_URL + '/v2/sandboxes', { headers: { 'X-API-KEY': server.apiKey } })
+  return (await res.json()).filter((s) => s.metadata?.['mcp-session'] !== undefined)
+}
+
+test('MCP over HTTP: tools, state, charts, commands, files', async () => {
+  const { client, transport } = await httpClient()
+  try {
+    const tools = (await client.listTools()).tools
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['create_sandbox', 'kill_sandbox', 'list_files', 'list_sandboxes',
+      'read_file', 'run_code', 'run_command', 'write_file'])
+    const runCode = tools.find((t) => t.name === 'run_code')
+    assert.deepEqual(runCode.inputSchema.required, ['code'])
+    assert.equal(runCode.inputSchema.properties.code.type, 'string')
+    assert.ok(runCode.inputSchema.properties.context_id && runCode.description.includes('images'))
+    const runCommand = tools.find((t) => t.name === 'run_command')
+    assert.equal(runCommand.inputSchema.properties.timeout_seconds.type, 'integer')
+    assert.equal(runCommand.inputSchema.properties.background.type, 'boolean')
+
+    await client.callTool({ name: 'run_code', arguments: { code: 'x = 21' } })
+    let res = await client.callTool({ name: 'run_code', arguments: { code: 'print("hi"); x * 2' } })
+    assert.equal(res.isError, undefined)
+    assert.match(text(res), /stdout:\nhi/)
+    assert.match(text(res), /^42$/m)
+
+    res = await client.callTool({ name: 'run_code', arguments: {
+      code: 'import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()' } })
+    const img = res.content.find((c) => c.type === 'image')
+    assert.ok(img, 'a chart comes back as an image: ' + JSON.stringify(res.content).slice(0, 300))
+    assert.equal(img.mimeType, 'image/png')
+    assert.equal(Buffer.from(img.data, 'base64').subarray(1, 4).toString(), 'PNG')
+
+    res = await client.callTool({ name: 'run_code', arguments: { code: 'print("y" * 200000)' } })
+    const t = text(res)
+    assert.ok(t.length < 70000 && /output truncated: 65536 of 2000\d\d bytes shown/.test(t), t.slice(-200))
+
+    res = await client.callTool({ name: 'run_code', arguments: { code: '1 / 0' } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /ZeroDivisionError/)
+
+    res = await client.callTool({ name: 'run_command', arguments: { command: 'id -u; echo oops >&2; exit 3' } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /exit code 3\nstdout:\n1000\n\nstderr:\noops/)
+
+    res = await client.callTool({ name: 'write_file', arguments: { path: 'notes/a.txt', content: 'hello airlock' } })
+    assert.match(text(res), /wrote 13 bytes/)
+    res = await client.callTool({ name: 'read_file', arguments: { path: '/home/user/notes/a.txt' } })
+    assert.equal(text(res), 'hello airlock')
+    res = await client.callTool({ name: 'list_files', arguments: { path: 'notes' } })
+    assert.match(text(res), /file\t13\t\/home\/user\/notes\/a.txt/)
+    res = await client.callTool({ name: 'read_file', arguments: { path: '/no/such/file' } })
+    assert.equal(res.isError, true)
+    assert.doesNotMatch(text(res), /airlock-e2b-test|\/var\/lib/, 'no host paths in errors')
+
+    res = await client.callTool({ name: 'create_sandbox', arguments: { template: 'nope' } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /nope/)
+  } finally {
+    await transport.terminateSession()
+    await client.close()
+  }
+  // Ending the session ends its sandbox.
+  for (let i = 0; i < 50 && (await mcpSandboxes()).length > 0; i++) await sleep(100)
+  assert.deepEqual(await mcpSandboxes(), [])
+})
+
+test('MCP sessions have sandboxes of their own', async () => {
+  const a = await httpClient()
+  const b = await httpClient()
+  try {
+    await a.client.callTool({ name: 'run_code', arguments: { code: 'secret = "a"' } })
+    const res = await b.client.callTool({ name: 'run_code', arguments: { code: 'secret' } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /NameError/)
+    const listed = await a.client.callTool({ name: 'list_sandboxes', arguments: {} })
+    const ids = (await mcpSandboxes()).map((s) => s.sandboxID)
+    assert.equal(ids.length, 2)
+    assert.ok(ids.includes(text(listed).split('\t')[0]), text(listed))
+    const killed = await b.client.callTool({ name: 'kill_sandbox', arguments: {} })
+    assert.match(text(killed), /killed/)
+    assert.equal((await mcpSandboxes()).length, 1)
+  } finally {
+    for (const c of [a, b]) { await c.transport.terminateSession(); await c.client.close() }
+  }
+})
+
+test('MCP over HTTP needs the API key', async () => {
+  const res = await fetch(server.env.E2B_API_URL + '/mcp', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: 'Bearer wrong' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: {} }),
+  })
+  assert.equal(res.status, 401)
+})
+
+test('airlock mcp over stdio', { skip: process.env.AIRLOCK_TEST_BACKEND === 'gvisor' && 'stdio uses the namespaces backend' }, async () => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'airlock-mcp-test-'))
+  const bin = process.env.AIRLOCK_BIN ?? resolve(import.meta.dirname, '../../bin/airlock')
+  const transport = new StdioClientTransport({ command: bin, args: ['mcp', '--state-dir', stateDir, '--pool-size', '0'], stderr: 'pipe' })
+  let log = ''
+  transport.stderr?.on('data', (d) => { log += d })
+  const client = new Client({ name: 'airlock-test', version: '1.0.0' })
+  try {
+    await client.connect(transport)
+    const res = await client.callTool({ name: 'run_code', arguments: { code: 'import os; os.getuid(), 6 * 7' } })
+    assert.equal(text(res), '(1000, 42)', log)
+  } finally {
+    await client.close()
+  }
+  // Closing stdin ends the server and its sandbox.
+  const runs = join(stateDir, 'run', 'runs')
+  for (let i = 0; i < 50 && existsSync(runs) && readdirSync(runs).length > 0; i++) await sleep(100)
+  assert.deepEqual(existsSync(runs) ? readdirSync(runs) : [], [], log)
+  rmSync(stateDir, { recursive: true, force: true })
+})
