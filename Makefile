@@ -59,7 +59,7 @@ bench-run: deps build runsc
 	$(BIN) bench -n 50
 
 bench-serve: deps build
-	cd tests/e2b && npm ci --no-audit --no-fund && node bench.mjs && node bench-interpreter.mjs
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench.mjs && node bench-interpreter.mjs && node bench-mcp.mjs
 
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy
