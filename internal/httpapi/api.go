@@ -119,8 +119,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
-		if key == "" {
-			key, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); key == "" && ok && strings.EqualFold(scheme, "Bearer") {
+			key = token
 		}
 		if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
 			writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY or Authorization: Bearer)")

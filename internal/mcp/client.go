@@ -22,7 +22,21 @@ import (
 const (
 	envdPort   = "49983"
 	interpPort = "49999"
+	// maxResponse bounds what the daemon reads of one agent response.
+	// The agent runs inside the sandbox and is as untrusted as the code:
+	// a response must not be able to exhaust the daemon's memory.
+	maxResponse = 32 << 20
 )
+
+// agentError is a failure the agent reported (a missing file, a bad
+// request): its message describes the sandbox, not the host, and goes
+// to the model. Every other error from these calls is the daemon's own
+// (a socket path in a dial error) and does not.
+type agentError struct{ msg string }
+
+func (e agentError) Error() string { return e.msg }
+
+var errResponseTooLarge = agentError{"the sandbox's response was too large"}
 
 func agentRequest(ctx context.Context, sb *sandbox.Sandbox, method, path, port, contentType string, body io.Reader) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
@@ -33,12 +47,48 @@ func agentRequest(ctx context.Context, sb *sandbox.Sandbox, method, path, port, 
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	return sb.Transport().RoundTrip(req)
+	resp, err := sb.Transport().RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &limitedBody{r: io.LimitReader(resp.Body, maxResponse+1), c: resp.Body}
+	return resp, nil
+}
+
+// limitedBody fails a read past maxResponse instead of truncating
+// silently, so a cut-off stream is never mistaken for a whole one.
+type limitedBody struct {
+	r io.Reader
+	c io.Closer
+	n int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.n += int64(n); b.n > maxResponse {
+		return 0, errResponseTooLarge
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.c.Close() }
+
+// agentFailure reads the error an agent answered with.
+func agentFailure(resp *http.Response) error {
+	var e struct{ Message string }
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if json.Unmarshal(data, &e) != nil || e.Message == "" {
+		e.Message = strings.TrimSpace(string(data))
+	}
+	if e.Message == "" {
+		e.Message = resp.Status
+	}
+	return agentError{e.Message}
 }
 
 // codeOutput is what one execution produced.
 type codeOutput struct {
-	Stdout, Stderr string
+	Stdout, Stderr strings.Builder
 	Results        []map[string]any
 	Error          *struct{ Name, Value, Traceback string }
 }
@@ -51,8 +101,7 @@ func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, conte
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("%s", strings.TrimSpace(string(msg)))
+		return nil, agentFailure(resp)
 	}
 	out := &codeOutput{}
 	sc := bufio.NewScanner(resp.Body)
@@ -64,9 +113,9 @@ func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, conte
 		}
 		switch line["type"] {
 		case "stdout":
-			out.Stdout += fmt.Sprint(line["text"])
+			out.Stdout.WriteString(fmt.Sprint(line["text"]))
 		case "stderr":
-			out.Stderr += fmt.Sprint(line["text"])
+			out.Stderr.WriteString(fmt.Sprint(line["text"]))
 		case "result":
 			out.Results = append(out.Results, line)
 		case "error":
@@ -79,7 +128,7 @@ func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, conte
 // commandOutput is what a command produced.
 type commandOutput struct {
 	Pid            uint32
-	Stdout, Stderr string
+	Stdout, Stderr strings.Builder
 	ExitCode       int
 	Ended          bool
 }
@@ -102,7 +151,11 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
 			return out, fmt.Errorf("command stream ended early: %w", err)
 		}
-		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+		n := binary.BigEndian.Uint32(hdr[1:])
+		if n > maxResponse { // checked before allocating: the agent chose n
+			return out, errResponseTooLarge
+		}
+		data := make([]byte, n)
 		if _, err := io.ReadFull(resp.Body, data); err != nil {
 			return out, err
 		}
@@ -112,7 +165,7 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 			}
 			json.Unmarshal(data, &end)
 			if end.Error != nil {
-				return out, fmt.Errorf("%s", end.Error.Message)
+				return out, agentError{end.Error.Message}
 			}
 			return out, nil
 		}
@@ -135,8 +188,8 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 				return out, nil
 			}
 		case ev.Event.Data != nil:
-			out.Stdout += string(ev.Event.Data.Stdout)
-			out.Stderr += string(ev.Event.Data.Stderr)
+			out.Stdout.Write(ev.Event.Data.Stdout)
+			out.Stderr.Write(ev.Event.Data.Stderr)
 		case ev.Event.End != nil:
 			out.ExitCode, out.Ended = ev.Event.End.ExitCode, true
 		}
@@ -149,14 +202,12 @@ func readFile(ctx context.Context, sb *sandbox.Sandbox, path string, limit int64
 		return nil, false, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, false, agentFailure(resp)
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, false, err
-	}
-	if resp.StatusCode != 200 {
-		var e struct{ Message string }
-		json.Unmarshal(data, &e)
-		return nil, false, fmt.Errorf("%s", e.Message)
 	}
 	truncated := int64(len(data)) > limit
 	if truncated {
@@ -172,9 +223,7 @@ func writeFile(ctx context.Context, sb *sandbox.Sandbox, path string, content []
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Message string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("%s", e.Message)
+		return agentFailure(resp)
 	}
 	return nil
 }
@@ -193,9 +242,7 @@ func listFiles(ctx context.Context, sb *sandbox.Sandbox, path string, depth int)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Message string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return nil, fmt.Errorf("%s", e.Message)
+		return nil, agentFailure(resp)
 	}
 	var r struct{ Entries []listedEntry }
 	err = json.NewDecoder(resp.Body).Decode(&r)

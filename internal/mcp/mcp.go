@@ -4,6 +4,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 const (
 	maxText      = 64 << 10 // per text block
 	maxFile      = 1 << 20
+	maxSeconds   = 24 * 60 * 60 // the longest timeout a tool accepts
 	codeTemplate = "code-interpreter-v1"
 )
 
@@ -30,25 +32,27 @@ type Server struct {
 	log *slog.Logger
 	ttl time.Duration
 
-	mu        sync.Mutex
-	bySession map[string]string // MCP session → its sandbox
+	mu       sync.Mutex
+	sessions map[string]*session // by MCP session id; stdio's is ""
 }
 
-// New returns the MCP server over m. ttl is the time to live of the
-// sandboxes its sessions create.
+// session is one MCP session's hold on its sandbox. mu is held across
+// lookup and creation, so concurrent calls of a session share one
+// sandbox, and a session that ended cannot gain one afterwards.
+type session struct {
+	mu        sync.Mutex
+	sandboxID string
+	ttl       time.Duration // its idle timeout; 0: the server's
+	ended     bool
+}
+
+// New returns the MCP server over m. ttl is how long a session's sandbox
+// lives without a tool call.
 func New(m *sandbox.Manager, ttl time.Duration, log *slog.Logger) *sdk.Server {
-	s := &Server{m: m, log: log, ttl: ttl, bySession: map[string]string{}}
+	s := &Server{m: m, log: log, ttl: ttl, sessions: map[string]*session{}}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "airlock", Version: "0.1"}, &sdk.ServerOptions{
 		Instructions: "Airlock runs code in isolated, ephemeral sandboxes. run_code keeps state between calls " +
 			"(a Jupyter kernel) and returns charts as images. Each session gets its own sandbox on first use.",
-		InitializedHandler: func(ctx context.Context, req *sdk.InitializedRequest) {
-			// When the session ends, so does its sandbox.
-			ss := req.Session
-			go func() {
-				ss.Wait()
-				s.endSession(ss.ID())
-			}()
-		},
 	})
 	sdk.AddTool(srv, &sdk.Tool{Name: "run_code", Description: "Run code in the session's sandbox, in a stateful Jupyter kernel: " +
 		"variables persist between calls. Returns printed output, the value of the last expression, charts (matplotlib) as " +
@@ -66,54 +70,85 @@ func New(m *sandbox.Manager, ttl time.Duration, log *slog.Logger) *sdk.Server {
 	return srv
 }
 
-func sessionID(req *sdk.CallToolRequest) string {
+// session returns the state of req's session. The first call of a
+// session also arranges for its sandbox to end with it: here, not in an
+// "initialized" handler, since a client may call tools without sending
+// that notification.
+func (s *Server) session(req *sdk.CallToolRequest) *session {
+	id := ""
 	if req.Session != nil {
-		return req.Session.ID()
+		id = req.Session.ID()
 	}
-	return ""
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss, ok := s.sessions[id]
+	if !ok {
+		ss = &session{}
+		s.sessions[id] = ss
+		if req.Session != nil {
+			go func() {
+				req.Session.Wait()
+				s.endSession(id, ss)
+			}()
+		}
+	}
+	return ss
 }
 
 // sandboxFor returns the session's sandbox, creating it on first use.
 // Each use restarts its time to live: it ends when the agent has been
 // idle that long, not in the middle of its work.
-func (s *Server) sandboxFor(ctx context.Context, session string) (*sandbox.Sandbox, error) {
-	s.mu.Lock()
-	id, ok := s.bySession[session]
-	s.mu.Unlock()
-	if ok {
-		if sb, err := s.m.Get(id); err == nil {
-			s.m.SetTTL(id, s.ttl)
-			return sb, nil
-		}
+func (s *Server) sandboxFor(ctx context.Context, req *sdk.CallToolRequest) (*sandbox.Sandbox, error) {
+	ss := s.session(req)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.ended {
+		return nil, agentError{"the session has ended"}
 	}
-	return s.create(ctx, session, codeTemplate, s.ttl)
-}
-
-func (s *Server) create(ctx context.Context, session, template string, ttl time.Duration) (*sandbox.Sandbox, error) {
-	sb, err := s.m.Create(ctx, sandbox.CreateRequest{TemplateID: template, TTL: ttl, ClientID: "mcp",
-		Metadata: map[string]string{"mcp-session": session}})
+	if sb, err := s.m.Get(ss.sandboxID); err == nil {
+		s.m.SetTTL(sb.ID, cmp.Or(ss.ttl, s.ttl))
+		return sb, nil
+	}
+	sb, err := s.create(ctx, codeTemplate, s.ttl)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	old, had := s.bySession[session]
-	s.bySession[session] = sb.ID
-	s.mu.Unlock()
-	if had {
-		s.m.Kill(old)
-	}
+	ss.sandboxID, ss.ttl = sb.ID, 0
 	return sb, nil
 }
 
-func (s *Server) endSession(session string) {
+func (s *Server) create(ctx context.Context, template string, ttl time.Duration) (*sandbox.Sandbox, error) {
+	return s.m.Create(ctx, sandbox.CreateRequest{TemplateID: template, TTL: ttl, ClientID: "mcp",
+		Metadata: map[string]string{"mcp-session": "true"}})
+}
+
+func (s *Server) endSession(id string, ss *session) {
 	s.mu.Lock()
-	id, ok := s.bySession[session]
-	delete(s.bySession, session)
+	delete(s.sessions, id)
 	s.mu.Unlock()
-	if ok {
-		s.m.Kill(id)
-		s.log.Info("mcp session ended", "sandbox", id)
+	ss.mu.Lock() // waits for a creation under way: its sandbox goes too
+	ss.ended = true
+	sandboxID := ss.sandboxID
+	ss.mu.Unlock()
+	if sandboxID != "" && s.m.Kill(sandboxID) == nil {
+		s.log.Info("mcp session ended", "sandbox", sandboxID)
 	}
+}
+
+// failure is the tool result for err. Messages that describe the
+// sandbox or the request go to the model; the daemon's own errors can
+// name host paths, so they are logged and summarized.
+func (s *Server) failure(what string, err error) *sdk.CallToolResult {
+	var ae agentError
+	switch {
+	case errors.As(err, &ae), errors.Is(err, sandbox.ErrUnknownTemplate),
+		errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrTooMany):
+		return toolError("%s: %v", what, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return toolError("%s: cancelled", what)
+	}
+	s.log.Error("mcp tool", "tool", what, "err", err)
+	return toolError("%s: internal error (the server log has the details)", what)
 }
 
 // toolError is a tool result that reports a failure to the model (not a
@@ -136,21 +171,21 @@ type runCodeIn struct {
 }
 
 func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCodeIn) (*sdk.CallToolResult, any, error) {
-	sb, err := s.sandboxFor(ctx, sessionID(req))
+	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
-		return toolError("no sandbox: %v", err), nil, nil
+		return s.failure("no sandbox", err), nil, nil
 	}
 	out, err := executeCode(ctx, sb, in.Code, in.Language, in.ContextID)
 	if err != nil {
-		return toolError("run_code failed: %v", err), nil, nil
+		return s.failure("run_code", err), nil, nil
 	}
 	res := &sdk.CallToolResult{}
 	text := func(t string) { res.Content = append(res.Content, &sdk.TextContent{Text: capText(t)}) }
-	if out.Stdout != "" {
-		text("stdout:\n" + out.Stdout)
+	if out.Stdout.Len() > 0 {
+		text("stdout:\n" + out.Stdout.String())
 	}
-	if out.Stderr != "" {
-		text("stderr:\n" + out.Stderr)
+	if out.Stderr.Len() > 0 {
+		text("stderr:\n" + out.Stderr.String())
 	}
 	for _, r := range out.Results {
 		shown := false
@@ -192,12 +227,14 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in ru
 	if in.Command == "" {
 		return toolError("command is empty"), nil, nil
 	}
-	sb, err := s.sandboxFor(ctx, sessionID(req))
+	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
-		return toolError("no sandbox: %v", err), nil, nil
+		return s.failure("no sandbox", err), nil, nil
 	}
 	timeout := 60 * time.Second
-	if in.TimeoutSeconds > 0 {
+	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxSeconds {
+		return toolError("timeout_seconds must be between 1 and %d", maxSeconds), nil, nil
+	} else if in.TimeoutSeconds > 0 {
 		timeout = time.Duration(in.TimeoutSeconds) * time.Second
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -210,10 +247,10 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in ru
 		return toolError("the command did not finish within %s", timeout), nil, nil
 	}
 	if err != nil {
-		return toolError("run_command failed: %v", err), nil, nil
+		return s.failure("run_command", err), nil, nil
 	}
 	res := &sdk.CallToolResult{IsError: out.ExitCode != 0}
-	res.Content = append(res.Content, &sdk.TextContent{Text: capText(fmt.Sprintf("exit code %d\nstdout:\n%s\nstderr:\n%s", out.ExitCode, out.Stdout, out.Stderr))})
+	res.Content = append(res.Content, &sdk.TextContent{Text: capText(fmt.Sprintf("exit code %d\nstdout:\n%s\nstderr:\n%s", out.ExitCode, out.Stdout.String(), out.Stderr.String()))})
 	return res, nil, nil
 }
 
@@ -222,13 +259,13 @@ type pathIn struct {
 }
 
 func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in pathIn) (*sdk.CallToolResult, any, error) {
-	sb, err := s.sandboxFor(ctx, sessionID(req))
+	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
-		return toolError("no sandbox: %v", err), nil, nil
+		return s.failure("no sandbox", err), nil, nil
 	}
 	data, truncated, err := readFile(ctx, sb, in.Path, maxFile)
 	if err != nil {
-		return toolError("read_file: %v", err), nil, nil
+		return s.failure("read_file", err), nil, nil
 	}
 	t := string(data)
 	if truncated {
@@ -243,12 +280,12 @@ type writeIn struct {
 }
 
 func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in writeIn) (*sdk.CallToolResult, any, error) {
-	sb, err := s.sandboxFor(ctx, sessionID(req))
+	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
-		return toolError("no sandbox: %v", err), nil, nil
+		return s.failure("no sandbox", err), nil, nil
 	}
 	if err := writeFile(ctx, sb, in.Path, []byte(in.Content)); err != nil {
-		return toolError("write_file: %v", err), nil, nil
+		return s.failure("write_file", err), nil, nil
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("wrote %d bytes to %s", len(in.Content), in.Path)}}}, nil, nil
 }
@@ -259,14 +296,14 @@ type listIn struct {
 }
 
 func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in listIn) (*sdk.CallToolResult, any, error) {
-	sb, err := s.sandboxFor(ctx, sessionID(req))
+	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
-		return toolError("no sandbox: %v", err), nil, nil
+		return s.failure("no sandbox", err), nil, nil
 	}
 	depth := max(in.Depth, 1)
 	entries, err := listFiles(ctx, sb, in.Path, depth)
 	if err != nil {
-		return toolError("list_files: %v", err), nil, nil
+		return s.failure("list_files", err), nil, nil
 	}
 	var b strings.Builder
 	for _, e := range entries {
@@ -293,24 +330,45 @@ func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in
 		tmpl = codeTemplate
 	}
 	ttl := s.ttl
-	if in.TimeoutSeconds > 0 {
+	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxSeconds {
+		return toolError("create_sandbox: timeout_seconds must be between 1 and %d", maxSeconds), nil, nil
+	} else if in.TimeoutSeconds > 0 {
 		ttl = time.Duration(in.TimeoutSeconds) * time.Second
 	}
-	sb, err := s.create(ctx, sessionID(req), tmpl, ttl)
-	if err != nil {
-		return toolError("create_sandbox: %v", err), nil, nil
+	ss := s.session(req)
+	ss.mu.Lock()
+	if ss.ended {
+		ss.mu.Unlock()
+		return toolError("create_sandbox: the session has ended"), nil, nil
 	}
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("sandbox %s (%s) ready until %s", sb.ID, tmpl, sb.EndAt().UTC().Format(time.RFC3339))}}}, nil, nil
+	sb, err := s.create(ctx, tmpl, ttl)
+	old := ss.sandboxID
+	if err == nil {
+		ss.sandboxID, ss.ttl = sb.ID, ttl
+	}
+	ss.mu.Unlock()
+	if err != nil {
+		return s.failure("create_sandbox", err), nil, nil
+	}
+	if old != "" {
+		s.m.Kill(old)
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("sandbox %s (%s) ready; it ends after %s without a tool call", sb.ID, tmpl, ttl)}}}, nil, nil
+}
+
+// ownSandbox is the session's sandbox id, "" if it has none.
+func (s *Server) ownSandbox(req *sdk.CallToolRequest) string {
+	ss := s.session(req)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.sandboxID
 }
 
 // killSandbox ends the session's own sandbox. A session can touch no
 // other: the model behind it may be following injected instructions.
 func (s *Server) killSandbox(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
-	s.mu.Lock()
-	id, ok := s.bySession[sessionID(req)]
-	delete(s.bySession, sessionID(req))
-	s.mu.Unlock()
-	if !ok || s.m.Kill(id) != nil {
+	id := s.ownSandbox(req)
+	if id == "" || s.m.Kill(id) != nil {
 		return toolError("this session has no sandbox"), nil, nil
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "killed " + id + "; the next tool call starts a fresh sandbox"}}}, nil, nil
@@ -318,15 +376,12 @@ func (s *Server) killSandbox(ctx context.Context, req *sdk.CallToolRequest, _ st
 
 // listSandboxes shows the session's sandbox, the only one it can use.
 func (s *Server) listSandboxes(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
-	s.mu.Lock()
-	id, ok := s.bySession[sessionID(req)]
-	s.mu.Unlock()
-	sb, err := s.m.Get(id)
-	if !ok || err != nil {
+	sb, err := s.m.Get(s.ownSandbox(req))
+	if err != nil {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "(none: the next tool call starts one)"}}}, nil, nil
 	}
-	text := fmt.Sprintf("%s\t%s\tuntil %s (idle timeout %s)\tmemory %d MiB, %g CPUs, disk %d MiB",
-		sb.ID, sb.TemplateID, sb.EndAt().UTC().Format(time.RFC3339), s.ttl, sb.MemoryMB, sb.CPUs, sb.DiskMB)
+	text := fmt.Sprintf("%s\t%s\tuntil %s\tmemory %d MiB, %g CPUs, disk %d MiB",
+		sb.ID, sb.TemplateID, sb.EndAt().UTC().Format(time.RFC3339), sb.MemoryMB, sb.CPUs, sb.DiskMB)
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil, nil
 }
 

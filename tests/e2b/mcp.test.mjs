@@ -115,13 +115,15 @@ test('MCP sessions have sandboxes of their own', async () => {
   }
 })
 
-test('MCP over HTTP needs the API key', async () => {
-  const res = await fetch(server.env.E2B_API_URL + '/mcp', {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: 'Bearer wrong' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: {} }),
-  })
-  assert.equal(res.status, 401)
+test('MCP over HTTP needs the API key, as a bearer token', async () => {
+  for (const auth of ['Bearer wrong', server.apiKey, `Basic ${server.apiKey}`, 'Bearer ']) {
+    const res = await fetch(server.env.E2B_API_URL + '/mcp', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: auth },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+    })
+    assert.equal(res.status, 401, auth)
+  }
 })
 
 test('airlock mcp over stdio', { skip: process.env.AIRLOCK_TEST_BACKEND === 'gvisor' && 'stdio uses the namespaces backend' }, async () => {
