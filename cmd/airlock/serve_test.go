@@ -336,3 +336,35 @@ func TestServeBackendPerRequest(t *testing.T) {
 		t.Errorf("backend asked of a server that does not allow it: %d %s", code, body)
 	}
 }
+
+// TestServeMaxSandboxesUnderConcurrency starts more sandboxes at once
+// than the limit allows: exactly the limit succeed, the rest get 429.
+func TestServeMaxSandboxesUnderConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "airlock.json")
+	os.WriteFile(cfg, []byte(`{"maxSandboxes": 3}`), 0o644)
+	s := startServe(t, filepath.Join(dir, "state"), "--config", cfg, "--pool-size", "0")
+	defer s.stop(t)
+	const n = 8
+	codes := make(chan int, n)
+	for range n {
+		go func() { // not s.do: t.Fatal belongs to the test's goroutine
+			req, _ := http.NewRequest("POST", s.url+"/v2/sandboxes", strings.NewReader(`{"templateID": "base"}`))
+			req.Header.Set("X-API-KEY", s.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	count := map[int]int{}
+	for range n {
+		count[<-codes]++
+	}
+	if count[201] != 3 || count[429] != n-3 {
+		t.Errorf("statuses %v, want 3 × 201 and %d × 429", count, n-3)
+	}
+}

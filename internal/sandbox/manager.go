@@ -142,6 +142,7 @@ type Manager struct {
 	sandboxes map[string]*Sandbox
 	pools     map[string]*pool
 	closed    bool
+	starting  int // creates past the limit check, not yet registered
 
 	ctx      context.Context // ends at Shutdown: stops the pool fillers
 	cancel   context.CancelFunc
@@ -197,11 +198,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		m.mu.Unlock()
 		return nil, errors.New("shutting down")
 	}
-	if m.cfg.MaxSandboxes > 0 && len(m.sandboxes) >= m.cfg.MaxSandboxes {
+	// Sandboxes still starting count against the limit: checking the
+	// registry alone would let a burst of concurrent creates past it.
+	if m.cfg.MaxSandboxes > 0 && len(m.sandboxes)+m.starting >= m.cfg.MaxSandboxes {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
 	}
+	m.starting++
 	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.starting--
+		m.mu.Unlock()
+	}()
 	backend := m.backendOf(&p.tmpl)
 	if req.Backend != "" {
 		if !m.cfg.AllowRequestBackend {
