@@ -168,16 +168,33 @@ type runCodeIn struct {
 	Code      string `json:"code" jsonschema:"the code to run"`
 	Language  string `json:"language,omitempty" jsonschema:"the kernel's language; default python"`
 	ContextID string `json:"context_id,omitempty" jsonschema:"an interpreter context id, to keep separate state"`
+	// TimeoutSeconds bounds the cell; the kernel is interrupted at the
+	// end and keeps its state, as with E2B's runCode timeout.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty" jsonschema:"interrupt the cell after this many seconds (its variables are kept); default 300"`
 }
 
 func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCodeIn) (*sdk.CallToolResult, any, error) {
+	timeout := 300 * time.Second
+	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxSeconds {
+		return toolError("timeout_seconds must be between 1 and %d", maxSeconds), nil, nil
+	} else if in.TimeoutSeconds > 0 {
+		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
 	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
 		return s.failure("no sandbox", err), nil, nil
 	}
-	out, err := executeCode(ctx, sb, in.Code, in.Language, in.ContextID)
-	if err != nil {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := executeCode(cctx, sb, in.Code, in.Language, in.ContextID)
+	// At the timeout the agent interrupts the kernel when the request
+	// goes away; what the cell printed until then is still worth showing.
+	timedOut := err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded)
+	if err != nil && !timedOut {
 		return s.failure("run_code", err), nil, nil
+	}
+	if out == nil {
+		out = &codeOutput{}
 	}
 	res := &sdk.CallToolResult{}
 	text := func(t string) { res.Content = append(res.Content, &sdk.TextContent{Text: capText(t)}) }
@@ -210,6 +227,10 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCo
 	if out.Error != nil {
 		res.IsError = true
 		text(fmt.Sprintf("%s: %s\n%s", out.Error.Name, out.Error.Value, stripANSI(out.Error.Traceback)))
+	}
+	if timedOut {
+		res.IsError = true
+		text(fmt.Sprintf("the cell did not finish within %s and was interrupted; variables defined before are kept", timeout))
 	}
 	if len(res.Content) == 0 {
 		text("(no output)")

@@ -69,6 +69,13 @@ test('MCP over HTTP: tools, state, charts, commands, files', async () => {
     assert.equal(res.isError, true)
     assert.match(text(res), /ZeroDivisionError/)
 
+    res = await client.callTool({ name: 'run_code', arguments: {
+      code: 'import time\nprint("started", flush=True)\ntime.sleep(60)', timeout_seconds: 1 } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /started[\s\S]*did not finish within 1s and was interrupted/)
+    res = await client.callTool({ name: 'run_code', arguments: { code: 'x + 1' } }) // x = 21 from the first cell
+    assert.equal(text(res), '22', 'the kernel survives the interrupt with its state')
+
     res = await client.callTool({ name: 'run_command', arguments: { command: 'id -u; echo oops >&2; exit 3' } })
     assert.equal(res.isError, true)
     assert.match(text(res), /exit code 3\nstdout:\n1000\n\nstderr:\noops/)
