@@ -368,3 +368,24 @@ func TestServeMaxSandboxesUnderConcurrency(t *testing.T) {
 		t.Errorf("statuses %v, want 3 × 201 and %d × 429", count, n-3)
 	}
 }
+
+func TestMCPBadInput(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--timeout", "0s"}, "timeout must be positive"},
+		{[]string{"--pool-size", "5000"}, "pool size 5000 is out of range"},
+		{[]string{"--state-dir", "relative"}, `state directory "relative" is not an absolute path`},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		args := append([]string{"mcp", "--state-dir", dir}, tc.args...)
+		r := airlockWithin(t, 10*time.Second, args...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != 2 || len(lines) != 1 || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
+			t.Errorf("mcp %v: exit %d stdout %q stderr %q, want 2 and one line with %q", tc.args, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+}
