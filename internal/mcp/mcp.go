@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -20,8 +22,9 @@ import (
 
 // Limits of what a tool returns to the model.
 const (
-	maxText      = 64 << 10 // per text block
-	maxFile      = 1 << 20
+	maxText      = 64 << 10     // per text block
+	maxFile      = 1 << 20      // text read_file returns
+	maxImage     = 8 << 20      // an image read_file returns
 	maxSeconds   = 24 * 60 * 60 // the longest timeout a tool accepts
 	codeTemplate = "code-interpreter-v1"
 )
@@ -59,7 +62,7 @@ func New(m *sandbox.Manager, ttl time.Duration, log *slog.Logger) *sdk.Server {
 		"images, tables as HTML, and errors with their traceback."}, s.runCode)
 	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command (bash) in the session's sandbox as an " +
 		"unprivileged user in /home/user. Returns stdout, stderr and the exit code; with background, returns the pid at once."}, s.runCommand)
-	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a text file from the session's sandbox."}, s.readFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a file from the session's sandbox: text as text, images (PNG, JPEG, GIF, WebP) as images you can see; other binary files are only described."}, s.readFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Write a text file in the session's sandbox, creating directories as needed."}, s.writeFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Description: "List a directory of the session's sandbox."}, s.listFiles)
 	sdk.AddTool(srv, &sdk.Tool{Name: "create_sandbox", Description: "Start a fresh sandbox for this session (the old one is " +
@@ -279,20 +282,53 @@ type pathIn struct {
 	Path string `json:"path" jsonschema:"a path in the sandbox; relative paths start at /home/user"`
 }
 
+// readFile returns text as text and images as images the model can see;
+// other binary files are described, not dumped.
 func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in pathIn) (*sdk.CallToolResult, any, error) {
 	sb, err := s.sandboxFor(ctx, req)
 	if err != nil {
 		return s.failure("no sandbox", err), nil, nil
 	}
-	data, truncated, err := readFile(ctx, sb, in.Path, maxFile)
+	data, truncated, err := readFile(ctx, sb, in.Path, maxImage)
 	if err != nil {
 		return s.failure("read_file", err), nil, nil
 	}
-	t := string(data)
-	if truncated {
-		t += fmt.Sprintf("\n[file truncated at %d bytes]", maxFile)
+	result := func(c sdk.Content) (*sdk.CallToolResult, any, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{c}}, nil, nil
 	}
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: t}}}, nil, nil
+	switch kind := http.DetectContentType(data); kind {
+	case "image/png", "image/jpeg", "image/gif", "image/webp":
+		if truncated {
+			return toolError("read_file: the image is larger than %d MiB", maxImage>>20), nil, nil
+		}
+		return result(&sdk.ImageContent{Data: data, MIMEType: kind})
+	}
+	if len(data) > maxFile {
+		data, truncated = data[:maxFile], true
+	}
+	text, ok := utf8Prefix(data, truncated)
+	if !ok {
+		return result(&sdk.TextContent{Text: fmt.Sprintf("%s is a binary file (%s): not shown. Inspect it with run_code or run_command.",
+			in.Path, http.DetectContentType(data))})
+	}
+	if truncated {
+		text += fmt.Sprintf("\n[file truncated at %d bytes]", maxFile)
+	}
+	return result(&sdk.TextContent{Text: text})
+}
+
+// utf8Prefix reports whether data is UTF-8 text. A cut-off file may end
+// in the middle of a character: that tail is dropped, not held against it.
+func utf8Prefix(data []byte, cut bool) (string, bool) {
+	for trim := 0; trim <= 3 && trim <= len(data); trim++ {
+		if utf8.Valid(data[:len(data)-trim]) {
+			return string(data[:len(data)-trim]), true
+		}
+		if !cut {
+			break
+		}
+	}
+	return "", false
 }
 
 type writeIn struct {

@@ -44,3 +44,24 @@ func TestFailureHidesDaemonErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestUTF8Prefix(t *testing.T) {
+	euro := "\u20ac" // three bytes
+	for _, c := range []struct {
+		data string
+		cut  bool
+		want string
+		ok   bool
+	}{
+		{"plain", false, "plain", true},
+		{"a" + euro, false, "a" + euro, true},
+		{"a" + euro[:2], true, "a", true},  // cut inside a character
+		{"a" + euro[:2], false, "", false}, // a whole file that ends so is not text
+		{"\x00\xff\xfe", false, "", false},
+	} {
+		got, ok := utf8Prefix([]byte(c.data), c.cut)
+		if got != c.want || ok != c.ok {
+			t.Errorf("utf8Prefix(%q, %v) = %q, %v; want %q, %v", c.data, c.cut, got, ok, c.want, c.ok)
+		}
+	}
+}

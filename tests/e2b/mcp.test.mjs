@@ -86,6 +86,14 @@ test('MCP over HTTP: tools, state, charts, commands, files', async () => {
     assert.equal(text(res), 'hello airlock')
     res = await client.callTool({ name: 'list_files', arguments: { path: 'notes' } })
     assert.match(text(res), /file\t13\t\/home\/user\/notes\/a.txt/)
+    await client.callTool({ name: 'run_code', arguments: {
+      code: 'plt.figure(figsize=(2, 2)); plt.plot([1, 2]); plt.savefig("chart.png")\nopen("blob.bin", "wb").write(bytes(range(256)))' } })
+    res = await client.callTool({ name: 'read_file', arguments: { path: 'chart.png' } })
+    assert.equal(res.content[0].type, 'image', 'a saved chart comes back as an image')
+    assert.equal(res.content[0].mimeType, 'image/png')
+    res = await client.callTool({ name: 'read_file', arguments: { path: 'blob.bin' } })
+    assert.match(text(res), /blob.bin is a binary file \(application\/octet-stream\): not shown/)
+
     res = await client.callTool({ name: 'read_file', arguments: { path: '/no/such/file' } })
     assert.equal(res.isError, true)
     assert.doesNotMatch(text(res), /airlock-e2b-test|\/var\/lib/, 'no host paths in errors')
