@@ -93,7 +93,9 @@ type codeOutput struct {
 	Error          *struct{ Name, Value, Traceback string }
 }
 
-func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, contextID string) (*codeOutput, error) {
+// executeCode runs a cell. onOutput, if not nil, sees each piece of
+// stdout and stderr as the cell prints it.
+func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, contextID string, onOutput func(string)) (*codeOutput, error) {
 	body, _ := json.Marshal(map[string]any{"code": code, "language": language, "context_id": contextID})
 	resp, err := agentRequest(ctx, sb, "POST", "/execute", interpPort, "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -112,10 +114,16 @@ func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, conte
 			continue
 		}
 		switch line["type"] {
-		case "stdout":
-			out.Stdout.WriteString(fmt.Sprint(line["text"]))
-		case "stderr":
-			out.Stderr.WriteString(fmt.Sprint(line["text"]))
+		case "stdout", "stderr":
+			text := fmt.Sprint(line["text"])
+			if line["type"] == "stdout" {
+				out.Stdout.WriteString(text)
+			} else {
+				out.Stderr.WriteString(text)
+			}
+			if onOutput != nil {
+				onOutput(text)
+			}
 		case "result":
 			out.Results = append(out.Results, line)
 		case "error":

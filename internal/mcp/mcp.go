@@ -22,11 +22,14 @@ import (
 
 // Limits of what a tool returns to the model.
 const (
-	maxText      = 64 << 10     // per text block
-	maxFile      = 1 << 20      // text read_file returns
-	maxImage     = 8 << 20      // an image read_file returns
-	maxSeconds   = 24 * 60 * 60 // the longest timeout a tool accepts
-	codeTemplate = "code-interpreter-v1"
+	maxText     = 64 << 10     // per text block
+	maxFile     = 1 << 20      // text read_file returns
+	maxImage    = 8 << 20      // an image read_file returns
+	maxSeconds  = 24 * 60 * 60 // the longest timeout a tool accepts
+	maxProgress = 2 << 10      // output in one progress notification
+
+	progressEvery = 200 * time.Millisecond
+	codeTemplate  = "code-interpreter-v1"
 )
 
 // Server binds MCP sessions to sandboxes of a Manager.
@@ -189,7 +192,7 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCo
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := executeCode(cctx, sb, in.Code, in.Language, in.ContextID)
+	out, err := executeCode(cctx, sb, in.Code, in.Language, in.ContextID, progress(cctx, req))
 	// At the timeout the agent interrupts the kernel when the request
 	// goes away; what the cell printed until then is still worth showing.
 	timedOut := err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded)
@@ -280,6 +283,40 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in ru
 
 type pathIn struct {
 	Path string `json:"path" jsonschema:"a path in the sandbox; relative paths start at /home/user"`
+}
+
+// progress returns a function that passes a cell's output on to the
+// client as progress notifications while the cell runs, if the client
+// asked for progress: a long cell shows signs of life before its result.
+// At most one notification goes out per progressEvery; output printed
+// in between is sent together, its tail if it is long.
+func progress(ctx context.Context, req *sdk.CallToolRequest) func(string) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil
+	}
+	var (
+		pending strings.Builder
+		last    time.Time
+		n       float64
+	)
+	return func(text string) {
+		pending.WriteString(text)
+		if time.Since(last) < progressEvery {
+			return
+		}
+		msg := pending.String()
+		if i := len(msg) - maxProgress; i > 0 {
+			for i < len(msg) && !utf8.RuneStart(msg[i]) {
+				i++
+			}
+			msg = "…" + msg[i:]
+		}
+		pending.Reset()
+		last, n = time.Now(), n+1
+		// A client that cannot take it does not stop the cell.
+		_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg})
+	}
 }
 
 // readFile returns text as text and images as images the model can see;

@@ -65,6 +65,16 @@ test('MCP over HTTP: tools, state, charts, commands, files', async () => {
     const t = text(res)
     assert.ok(t.length < 70000 && /output truncated: 65536 of 2000\d\d bytes shown/.test(t), t.slice(-200))
 
+    // A long cell's output arrives as progress notifications before its result.
+    const progress = []
+    res = await client.callTool({ name: 'run_code', arguments: {
+      code: 'import time\nfor i in range(4):\n    print("tick", i, flush=True)\n    time.sleep(0.4)' } },
+    undefined, { onprogress: (p) => progress.push(p) })
+    assert.match(text(res), /tick 3/)
+    assert.ok(progress.length >= 2, `progress notifications: ${JSON.stringify(progress)}`)
+    assert.match(progress[0].message, /tick 0/)
+    assert.ok(progress[1].progress > progress[0].progress)
+
     res = await client.callTool({ name: 'run_code', arguments: { code: '1 / 0' } })
     assert.equal(res.isError, true)
     assert.match(text(res), /ZeroDivisionError/)
