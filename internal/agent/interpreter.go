@@ -30,6 +30,10 @@ type interpreter struct {
 	mu       sync.Mutex
 	contexts map[string]*codeContext
 	defaults map[string]string // language → its default context
+	// starting serializes the creation of default contexts: the first
+	// cell of a sandbox claimed while its kernel is being prestarted waits
+	// for that kernel instead of starting a second one beside it.
+	starting sync.Mutex
 }
 
 type codeContext struct {
@@ -102,24 +106,34 @@ func (in *interpreter) defaultContext(ctx context.Context, language string) (*co
 	if language == "" {
 		language = "python"
 	}
-	in.mu.Lock()
-	if id, ok := in.defaults[language]; ok {
-		c := in.contexts[id]
-		in.mu.Unlock()
+	lookup := func() *codeContext {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if id, ok := in.defaults[language]; ok {
+			return in.contexts[id]
+		}
+		return nil
+	}
+	if c := lookup(); c != nil {
 		return c, nil
 	}
-	in.mu.Unlock()
+	in.starting.Lock()
+	defer in.starting.Unlock()
+	if c := lookup(); c != nil { // started while this one waited
+		return c, nil
+	}
 	c, err := in.newContext(ctx, language, "")
+	if err != nil && ctx.Err() == nil {
+		// One more try: a start can fail for passing reasons, such as a
+		// port picked free being taken before the kernel bound it.
+		c, err = in.newContext(ctx, language, "")
+	}
 	if err != nil {
 		return nil, err
 	}
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	if id, ok := in.defaults[language]; ok { // another request won the race
-		go c.close()
-		return in.contexts[id], nil
-	}
 	in.defaults[language] = c.ID
+	in.mu.Unlock()
 	return c, nil
 }
 

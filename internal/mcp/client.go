@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -39,10 +42,15 @@ func (e agentError) Error() string { return e.msg }
 var errResponseTooLarge = agentError{"the sandbox's response was too large"}
 
 func agentRequest(ctx context.Context, sb *sandbox.Sandbox, method, path, port, contentType string, body io.Reader) (*http.Response, error) {
+	return agentRequestHeader(ctx, sb, method, path, port, contentType, nil, body)
+}
+
+func agentRequestHeader(ctx context.Context, sb *sandbox.Sandbox, method, path, port, contentType string, hdr http.Header, body io.Reader) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(req.Header, hdr)
 	req.Header.Set("E2b-Sandbox-Port", port)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -148,7 +156,14 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 	frame := make([]byte, 5, 5+len(msg))
 	binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
 	frame = append(frame, msg...)
-	resp, err := agentRequest(ctx, sb, "POST", "/process.Process/Start", envdPort, "application/connect+json", bytes.NewReader(frame))
+	// A process outlives the request that started it (E2B's semantics);
+	// a foreground command's deadline goes to the agent, which kills the
+	// process then. A background one has none.
+	hdr := http.Header{}
+	if d, ok := ctx.Deadline(); ok && !background {
+		hdr.Set("Connect-Timeout-Ms", strconv.FormatInt(max(time.Until(d).Milliseconds(), 1), 10))
+	}
+	resp, err := agentRequestHeader(ctx, sb, "POST", "/process.Process/Start", envdPort, "application/connect+json", hdr, bytes.NewReader(frame))
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,17 @@ test('MCP over HTTP: tools, state, charts, commands, files', async () => {
     assert.equal(res.isError, true)
     assert.match(text(res), /exit code 3\nstdout:\n1000\n\nstderr:\noops/)
 
+    // A foreground command is killed at its timeout; a background one lives on.
+    res = await client.callTool({ name: 'run_command', arguments: { command: 'exec sleep 30', timeout_seconds: 1 } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /did not finish within 1s/)
+    res = await client.callTool({ name: 'run_command', arguments: { command: 'exec sleep 31', background: true } })
+    const pid = /pid (\d+)/.exec(text(res))?.[1]
+    assert.ok(pid, text(res))
+    await sleep(1500)
+    res = await client.callTool({ name: 'run_command', arguments: { command: `cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -o 'sleep 3[01]' | sort` } })
+    assert.match(text(res), /stdout:\nsleep 31\n\n/, 'the timed-out command is gone, the background one runs')
+
     res = await client.callTool({ name: 'write_file', arguments: { path: 'notes/a.txt', content: 'hello airlock' } })
     assert.match(text(res), /wrote 13 bytes/)
     res = await client.callTool({ name: 'read_file', arguments: { path: '/home/user/notes/a.txt' } })
