@@ -91,7 +91,7 @@ test('a runaway cell stops at its timeout and the context stays usable', async (
   await sbx.runCode('kept = "still here"')
   await assert.rejects(sbx.runCode('while True: pass', { timeoutMs: 1500 }))
   const r = await sbx.runCode('kept')
-  assert.equal(r.text, 'still here')
+  assert.equal(r.text, 'still here', JSON.stringify({ error: r.error, logs: r.logs }))
 })
 
 test('two contexts are independent; contexts can be listed, restarted and removed', async () => {

@@ -402,8 +402,34 @@ func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit fun
 
 // WaitIdle waits until the kernel answers again after an interrupt, up to
 // d; it reports whether it did.
+//
+// An empty execution answered means the kernel is back. One answered
+// "aborted" does not: after the interrupted cell's error the kernel
+// (stop_on_error) aborts what arrives for a moment, and the next real
+// cell would be aborted too. So it asks again until one runs.
 func (k *Kernel) WaitIdle(d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	return k.ExecuteSilent(ctx, "") == nil
+	for {
+		aborted := false
+		err := k.execute(ctx, "", true, func(o Output) {
+			var rep struct {
+				Status string `json:"status"`
+			}
+			if o.Type == "execute_reply" && json.Unmarshal(o.Content, &rep) == nil {
+				aborted = rep.Status == "aborted" || rep.Status == "abort"
+			}
+		})
+		if err != nil {
+			return false
+		}
+		if !aborted {
+			return true
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
