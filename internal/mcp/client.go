@@ -184,10 +184,16 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 		}
 		if hdr[0]&2 != 0 { // end of stream
 			var end struct {
-				Error *struct{ Message string } `json:"error"`
+				Error *struct{ Code, Message string } `json:"error"`
 			}
 			json.Unmarshal(data, &end)
-			if end.Error != nil {
+			switch {
+			case end.Error == nil:
+			case end.Error.Code == "deadline_exceeded":
+				// The agent ended the command at its deadline, which may
+				// come a moment before this side's own.
+				return out, context.DeadlineExceeded
+			default:
 				return out, agentError{end.Error.Message}
 			}
 			return out, nil

@@ -270,7 +270,7 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in ru
 	if in.Background && err == nil {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("started in the background, pid %d", out.Pid)}}}, nil, nil
 	}
-	if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(cctx.Err(), context.DeadlineExceeded)) {
 		return toolError("the command did not finish within %s", timeout), nil, nil
 	}
 	if err != nil {

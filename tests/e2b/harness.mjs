@@ -29,6 +29,11 @@ export async function startServer(extraArgs = []) {
       env[k] = v.join('=')
       if (k === 'E2B_SANDBOX_URL') { clearTimeout(timer); ok() }
     })
+  }).catch((err) => {
+    // A server that did not start leaves nothing for stop() to clean.
+    proc.kill('SIGTERM')
+    rmSync(stateDir, { recursive: true, force: true })
+    throw err
   })
   Object.assign(process.env, env)
   return {

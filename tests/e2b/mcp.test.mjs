@@ -178,7 +178,10 @@ test('airlock mcp over stdio', { skip: process.env.AIRLOCK_TEST_BACKEND === 'gvi
   }
   // Closing stdin ends the server and its sandbox.
   const runs = join(stateDir, 'run', 'runs')
-  for (let i = 0; i < 50 && existsSync(runs) && readdirSync(runs).length > 0; i++) await sleep(100)
-  assert.deepEqual(existsSync(runs) ? readdirSync(runs) : [], [], log)
-  rmSync(stateDir, { recursive: true, force: true })
+  try {
+    for (let i = 0; i < 50 && existsSync(runs) && readdirSync(runs).length > 0; i++) await sleep(100)
+    assert.deepEqual(existsSync(runs) ? readdirSync(runs) : [], [], log)
+  } finally {
+    rmSync(stateDir, { recursive: true, force: true })
+  }
 })
