@@ -48,15 +48,16 @@ socket.create_connection(s.getsockname()); print("own loopback ok")
 print([name for _, name in socket.if_nameindex()])
 `
 
-// Properties runs the table: each row one property, observed from inside
-// the sandbox or from the host.
-func Properties(t *testing.T, run Runner) {
+// HostListener listens on the host's loopback until the test ends and
+// counts the connections it accepts: a sandbox must make none.
+func HostListener(t *testing.T) (port int, accepted *atomic.Int32) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	var accepted atomic.Int32
+	t.Cleanup(func() { ln.Close() })
+	accepted = new(atomic.Int32)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -67,7 +68,13 @@ func Properties(t *testing.T, run Runner) {
 			c.Close()
 		}
 	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, accepted
+}
+
+// Properties runs the table: each row one property, observed from inside
+// the sandbox or from the host.
+func Properties(t *testing.T, run Runner) {
+	port, accepted := HostListener(t)
 	for _, tc := range []struct {
 		name   string
 		policy func(*policy.Policy)

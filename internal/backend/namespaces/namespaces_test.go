@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -244,23 +242,7 @@ print(ssl.create_default_context().cert_store_stats()["x509_ca"] > 0)
 func TestNetworkIsLoopbackOnly(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	// A listener on the host's loopback: the sandbox must not reach it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port, accepted := backendtest.HostListener(t)
 	o := python(t, testPolicy(), fmt.Sprintf(`
 import socket, os
 try:
