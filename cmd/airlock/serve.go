@@ -224,7 +224,9 @@ func serveCmd(args []string) error {
 	}
 	namespaces.SweepOrphanCgroups()
 	if gb, ok := backends["gvisor"].(gvBackend); ok {
-		gvisor.Cleanup(gb.runsc)
+		if err := gvisor.Cleanup(gb.runsc); err != nil {
+			log.Warn("cleanup of an earlier run's gVisor sandboxes", "err", err)
+		}
 	}
 	key, err := apiKey(cfg.StateDir)
 	if err != nil {

@@ -2,19 +2,16 @@ package gvisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -33,9 +30,13 @@ const (
 
 // AgentSandbox is a long-lived gVisor sandbox running the agent.
 type AgentSandbox struct {
-	runsc, id, bundle, runDir string
-	lock                      *os.File
-	done                      chan struct{}
+	runsc  string
+	b      *bundle
+	runDir string
+	run    *exec.Cmd
+	// failure is what runsc said if it failed; read after done.
+	failure *runscFailure
+	done    chan struct{}
 }
 
 // StartAgent starts a gVisor sandbox whose command is the airlock agent.
@@ -47,66 +48,61 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 	if self, err = filepath.EvalSymlinks(self); err != nil {
 		return nil, err
 	}
-	var b [8]byte
-	rand.Read(b[:])
-	s := &AgentSandbox{runsc: runsc, id: "airlock-" + hex.EncodeToString(b[:]), done: make(chan struct{})}
-	s.bundle = filepath.Join(StateDir, "bundles", s.id)
-	s.runDir = filepath.Join(StateDir, "agents", s.id)
-	for _, d := range []string{s.bundle, s.runDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, err
-		}
+	b, err := newBundle(&p)
+	if err != nil {
+		return nil, err
 	}
+	s := &AgentSandbox{runsc: runsc, b: b, runDir: filepath.Join(StateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
 	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
 	// the host that uid is 1000 too (gVisor's gofer does not remap), and
 	// runDir sits in root's 0700 state directory, out of any host user's
 	// reach.
-	if err := os.Chown(s.runDir, sandboxUID, sandboxGID); err != nil {
-		os.RemoveAll(s.bundle)
-		os.RemoveAll(s.runDir)
+	if err := os.MkdirAll(s.runDir, 0o700); err != nil {
+		b.remove("")
 		return nil, err
 	}
-	if s.lock, err = os.OpenFile(filepath.Join(s.bundle, "lock"), os.O_CREATE|os.O_RDWR, 0o600); err == nil {
-		err = unix.Flock(int(s.lock.Fd()), unix.LOCK_EX)
-	}
-	if err != nil {
-		s.remove()
+	if err := os.Chown(s.runDir, sandboxUID, sandboxGID); err != nil {
+		b.remove("")
 		return nil, err
 	}
 	p.Env = append(p.Env, AgentSocketEnv+"="+agentRunDir+"/agent.sock")
 	spec := &namespaces.Spec{Policy: p, Argv: []string{agentBin, namespaces.AgentArg}}
-	err = writeBundle(s.bundle, s.id, spec,
+	err = writeBundle(b, spec,
 		specs.Mount{Destination: agentBin, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
 	if err != nil {
-		s.remove()
+		b.remove("")
 		return nil, err
 	}
-	create := runscFlags(runsc, s.id, []string{"--host-uds", "create"}, "create", "--bundle", s.bundle, s.id)
+	// Attached, as in Run: runsc is the sandbox's parent for its whole
+	// life, and killing runsc kills the sandbox.
+	s.run = runscFlags(runsc, b.id, []string{"--host-uds", "create", "--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
+	errW, err := s.failure.pipe()
+	if err != nil {
+		b.remove("")
+		return nil, err
+	}
+	s.run.ExtraFiles = []*os.File{errW}
 	// The sandbox keeps its stdio for its whole life: hand it a pipe of our
-	// own (an *os.File, so that create's Wait does not wait for its end).
+	// own, an *os.File, so that nothing waits for it to close.
 	logR, logW, err := os.Pipe()
 	if err != nil {
-		s.remove()
+		errW.Close()
+		b.remove("")
 		return nil, err
 	}
 	go func() { io.Copy(log, logR); logR.Close() }()
-	create.Stdout, create.Stderr = logW, logW
-	create.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	err = create.Run()
+	s.run.Stdout, s.run.Stderr = logW, logW
+	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	err = s.run.Start()
 	logW.Close()
+	errW.Close()
 	if err != nil {
-		teardown(runsc, s.id)
-		s.remove()
-		return nil, fmt.Errorf("create gVisor sandbox: %w", err)
-	}
-	if out, err := runscCmd(runsc, s.id, "start", s.id).CombinedOutput(); err != nil {
-		teardown(runsc, s.id)
-		s.remove()
-		return nil, fmt.Errorf("start gVisor sandbox: %v: %s", err, strings.TrimSpace(string(out)))
+		b.remove("")
+		return nil, fmt.Errorf("start runsc: %w", err)
 	}
 	go func() {
-		runscCmd(runsc, s.id, "wait", s.id).Run()
+		s.run.Wait()
 		close(s.done)
 	}()
 	return s, nil
@@ -126,6 +122,9 @@ func (s *AgentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 		case <-ctx.Done():
 			return nil, err
 		case <-s.done:
+			if msg := s.failure.wait(); msg != "" {
+				return nil, fmt.Errorf("the sandbox ended: runsc: %s", msg)
+			}
 			return nil, fmt.Errorf("the sandbox ended: %w", err)
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -135,30 +134,21 @@ func (s *AgentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 // Done is closed when the sandbox has ended.
 func (s *AgentSandbox) Done() <-chan struct{} { return s.done }
 
-// Kill ends the sandbox.
-func (s *AgentSandbox) Kill() { runscCmd(s.runsc, s.id, "kill", "--all", s.id, "KILL").Run() }
+// Kill ends the sandbox: runsc is its parent, and an attached sandbox dies
+// with it (Pdeathsig); Wait then kills whatever is left in its cgroup.
+func (s *AgentSandbox) Kill() { s.run.Process.Kill() }
 
 // Wait waits for the sandbox to end and removes all of it.
 func (s *AgentSandbox) Wait() error {
 	<-s.done
-	err := teardown(s.runsc, s.id)
-	s.remove()
-	return err
-}
-
-func (s *AgentSandbox) remove() {
-	os.RemoveAll(s.runDir)
-	os.RemoveAll(s.bundle)
-	if s.lock != nil {
-		s.lock.Close()
-	}
+	return s.b.remove(s.runsc)
 }
 
 // MemoryUsage is the sandbox's memory use, gVisor's own included.
 func (s *AgentSandbox) MemoryUsage() int64 {
-	v, err := readUint(filepath.Join("/sys/fs/cgroup/memory", s.id, "memory.usage_in_bytes"))
+	st, err := s.b.cg.Stats()
 	if err != nil {
 		return 0
 	}
-	return int64(v)
+	return st.Memory
 }

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // StateDir holds runsc's state, the OCI bundles and one lock file per
@@ -32,9 +33,8 @@ var StateDir = "/run/airlock-gvisor"
 // Identities inside the sandbox, as on the namespaces backend.
 const sandboxUID, sandboxGID = 1000, 1000
 
-// idleHostTasks is how many host tasks an idle gVisor sandbox uses (the
-// Sentry's threads, the gofer); each guest process adds about two. The
-// pids cgroup counts host tasks, so the user's limit is translated.
+// idleHostTasks is how many host tasks an idle gVisor sandbox uses: the
+// Sentry's threads and the gofer's (see newBundle).
 const idleHostTasks = 32
 
 // FindRunsc returns the runsc to use: path if given, else $AIRLOCK_RUNSC,
@@ -67,121 +67,204 @@ func FindRunsc(path string) (string, error) {
 
 // Run executes spec in a new gVisor sandbox under its policy's timeout and
 // removes the sandbox before returning.
-func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (*namespaces.Result, error) {
+func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespaces.Result, err error) {
 	if err := namespaces.Check(spec); err != nil {
 		return nil, err
 	}
 	if err := Cleanup(runsc); err != nil {
 		return nil, fmt.Errorf("cleanup of earlier sandboxes: %w", err)
 	}
-	var b [8]byte
-	rand.Read(b[:])
-	id := "airlock-" + hex.EncodeToString(b[:])
-	bundle := filepath.Join(StateDir, "bundles", id)
-	if err := os.MkdirAll(bundle, 0o711); err != nil {
-		return nil, fmt.Errorf("bundle: %w", err)
-	}
-	// The lock says "alive" to Cleanup; it is released with the sandbox.
-	lock, err := os.OpenFile(filepath.Join(bundle, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	b, err := newBundle(&spec.Policy)
 	if err != nil {
-		os.RemoveAll(bundle)
-		return nil, err
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		lock.Close()
-		os.RemoveAll(bundle)
 		return nil, err
 	}
 	defer func() {
-		teardown(runsc, id)
-		os.RemoveAll(bundle)
-		lock.Close()
+		// Whatever happened, nothing of the sandbox may outlive it.
+		if rerr := b.remove(runsc); rerr != nil && err == nil {
+			res, err = nil, fmt.Errorf("remove sandbox: %w", rerr)
+		}
 	}()
-	if err := writeBundle(bundle, id, spec); err != nil {
+	if err := writeBundle(b, spec); err != nil {
 		return nil, err
 	}
 	p := &spec.Policy
-	// create + start + wait rather than run: run deletes the container,
-	// cgroups included, before its memory and OOM counters can be read.
-	// The sandbox keeps the pipes given to create; create's Wait returns
-	// when the sandbox has closed them (at its end).
-	create := runscCmd(runsc, id, "create", "--bundle", bundle, id)
+	// One `runsc run`, attached: runsc is the sandbox's parent, so it learns
+	// the exit status even when the sandbox is gone before anyone could ask
+	// (create + start + wait lost it for a command as quick as `exit 3`),
+	// and it is one runsc start instead of three. runsc deletes the
+	// container when it ends, but not the cgroup Airlock made, which keeps
+	// the memory and OOM counters until they are read.
+	run := runscFlags(runsc, b.id, []string{"--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
 	stdout := namespaces.NewCappedWriter(spec.Stdout, p.OutputLimit)
 	stderr := namespaces.NewCappedWriter(spec.Stderr, p.OutputLimit)
-	create.Stdout, create.Stderr = stdout, stderr
+	run.Stdout, run.Stderr = stdout, stderr
 	if spec.Stdin != nil {
-		create.Stdin = struct{ io.Reader }{spec.Stdin} // a pipe, never a terminal
+		run.Stdin = struct{ io.Reader }{spec.Stdin} // a pipe, never a terminal
 	}
-	create.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if err := create.Start(); err != nil {
+	failure := &runscFailure{}
+	errW, err := failure.pipe()
+	if err != nil {
+		return nil, err
+	}
+	run.ExtraFiles = []*os.File{errW}
+	// Killing runsc kills the sandbox: runsc gives an attached sandbox and
+	// its gofer Pdeathsig. The output pipes close with them; WaitDelay
+	// bounds the wait for them all the same.
+	run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	run.WaitDelay = 2 * time.Second
+	start := time.Now()
+	err = run.Start()
+	errW.Close()
+	if err != nil {
 		return nil, fmt.Errorf("start runsc: %w", err)
 	}
-	output := make(chan struct{})
-	go func() { create.Wait(); close(output) }()
-	// create's process exits once the sandbox exists; its pipes stay open.
-	for create.ProcessState == nil {
-		if err := create.Process.Signal(syscall.Signal(0)); err != nil {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if out, err := runscCmd(runsc, id, "start", id).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("start sandbox: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	start := time.Now()
-	type waitResult struct {
-		ExitStatus int `json:"exitStatus"`
-	}
-	waited := make(chan waitResult, 1)
-	go func() {
-		var wr waitResult
-		out, err := runscCmd(runsc, id, "wait", id).Output()
-		if err != nil || json.Unmarshal(out, &wr) != nil {
-			wr.ExitStatus = 128 + int(syscall.SIGKILL)
-		}
-		waited <- wr
-	}()
+	waited := make(chan struct{})
+	go func() { run.Wait(); close(waited) }()
 	timer := time.NewTimer(p.Timeout)
 	defer timer.Stop()
-	res := &namespaces.Result{}
-	var wr waitResult
+	res = &namespaces.Result{}
 	select {
-	case wr = <-waited:
+	case <-waited:
 	case <-timer.C:
 		res.TimedOut = true
-		runscCmd(runsc, id, "kill", "--all", id, "KILL").Run()
-		wr = <-waited
+		run.Process.Kill()
+		<-waited
 	case <-ctx.Done():
-		runscCmd(runsc, id, "kill", "--all", id, "KILL").Run()
+		run.Process.Kill()
 		<-waited
 		return nil, ctx.Err()
 	}
 	res.Duration = time.Since(start)
-	// Let the output drain: the pipes close with the sandbox.
-	select {
-	case <-output:
-	case <-time.After(2 * time.Second):
+	ps := run.ProcessState
+	// runsc exits 128+N when signal N ended the container, and 128 when
+	// it failed itself.
+	res.ExitCode = ps.ExitCode()
+	if msg := failure.wait(); msg != "" && res.ExitCode == 128 {
+		return nil, fmt.Errorf("runsc: %s", msg)
 	}
-	// runsc reports 128+N when signal N ended the container.
-	res.ExitCode = wr.ExitStatus
-	if wr.ExitStatus > 128 && wr.ExitStatus < 128+65 {
-		res.ExitCode, res.Signal = -1, unix.SignalName(syscall.Signal(wr.ExitStatus-128))
+	if res.ExitCode > 128 && res.ExitCode < 128+65 {
+		res.ExitCode, res.Signal = -1, unix.SignalName(syscall.Signal(res.ExitCode-128))
 	}
 	if res.TimedOut {
 		res.ExitCode, res.Signal = -1, "SIGKILL"
 	}
-	mem := filepath.Join("/sys/fs/cgroup/memory", id)
-	if v, err := readUint(filepath.Join(mem, "memory.max_usage_in_bytes")); err == nil {
-		res.MaxMemoryBytes = int64(v)
-	}
-	if data, err := os.ReadFile(filepath.Join(mem, "memory.oom_control")); err == nil {
-		res.OOMKilled = !res.TimedOut && res.Signal == "SIGKILL" && !strings.Contains(string(data), "oom_kill 0")
-	}
-	if v, err := readUint(filepath.Join("/sys/fs/cgroup/cpuacct", id, "cpuacct.usage")); err == nil {
-		res.CPU = time.Duration(v)
+	// runsc's rusage includes the sandbox and gofer it reaped: the host
+	// CPU the sandbox cost, gVisor's own included.
+	res.CPU = ps.UserTime() + ps.SystemTime()
+	if st, err := b.cg.Stats(); err == nil {
+		res.MaxMemoryBytes = st.MaxMemory
+		res.OOMKilled = !res.TimedOut && res.Signal == "SIGKILL" && st.OOMKills > 0
 	}
 	res.StdoutTruncated, res.StderrTruncated = stdout.Truncated(), stderr.Truncated()
 	return res, nil
+}
+
+// bundle is one sandbox's host side: its OCI bundle directory, a lock
+// held while it lives (Cleanup leaves locked bundles alone), and the cgroup
+// Airlock makes for it, which runsc joins as it finds it.
+type bundle struct {
+	id, dir string
+	lock    *os.File
+	cg      *namespaces.Cgroup
+}
+
+// newBundle makes the directory, lock and cgroup of a new sandbox.
+func newBundle(p *policy.Policy) (*bundle, error) {
+	var r [8]byte
+	rand.Read(r[:])
+	b := &bundle{id: hex.EncodeToString(r[:])}
+	b.dir = filepath.Join(StateDir, "bundles", b.id)
+	if err := os.MkdirAll(b.dir, 0o711); err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(b.dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		b.lock = lock
+		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+	}
+	if err == nil {
+		// Inside, gVisor enforces the user's pids limit itself, as
+		// RLIMIT_NPROC on its tasks. The host's pids cgroup bounds the
+		// host tasks: the Sentry's and gofer's threads (idleHostTasks)
+		// and systrap's stub threads, about two per guest task, with room
+		// to spare: a Sentry that cannot create a thread dies (exit 2, a
+		// Go runtime fatal error) where the guest should get EAGAIN.
+		hostLimits := *p
+		hostLimits.Pids = idleHostTasks + 4*p.Pids
+		b.cg, err = namespaces.NewCgroup(b.id, &hostLimits)
+	}
+	if err != nil {
+		b.remove("")
+		return nil, err
+	}
+	return b, nil
+}
+
+// remove deletes the sandbox from runsc (unless runsc is "", nothing having
+// started), kills what is left in its cgroup, and removes it all.
+func (b *bundle) remove(runsc string) error {
+	var errs []error
+	if runsc != "" {
+		errs = append(errs, teardown(runsc, b.id))
+	}
+	if b.cg != nil {
+		errs = append(errs, b.cg.Remove())
+	}
+	err := errors.Join(errs...)
+	// What could not be removed stays behind its unlocked lock file, for
+	// the next Cleanup to retry.
+	if err == nil {
+		os.RemoveAll(filepath.Join(StateDir, "agents", b.id))
+		os.RemoveAll(b.dir)
+	}
+	if b.lock != nil {
+		b.lock.Close()
+	}
+	return err
+}
+
+// runscFailure collects what runsc says about its own failures: JSON lines
+// on its --log-fd, kept apart from the sandbox's output.
+type runscFailure struct {
+	done chan struct{}
+	msg  string
+}
+
+// pipe returns the write end to hand runsc as its log fd.
+func (f *runscFailure) pipe() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	f.done = make(chan struct{})
+	go func() {
+		defer close(f.done)
+		defer r.Close()
+		dec := json.NewDecoder(io.LimitReader(r, 64<<10))
+		for {
+			var line struct {
+				Msg string `json:"msg"`
+			}
+			if dec.Decode(&line) != nil {
+				break
+			}
+			if f.msg == "" {
+				f.msg = line.Msg
+			}
+		}
+		io.Copy(io.Discard, r)
+	}()
+	return w, nil
+}
+
+// wait returns runsc's first error message, once runsc has exited.
+func (f *runscFailure) wait() string {
+	select {
+	case <-f.done:
+		return f.msg
+	case <-time.After(2 * time.Second):
+		return ""
+	}
 }
 
 func runscCmd(runsc, id string, args ...string) *exec.Cmd {
@@ -222,9 +305,9 @@ func readUint(path string) (uint64, error) {
 
 // writeBundle writes the OCI bundle: a read-only root of mount points, the
 // template's /etc and code files, and config.json.
-func writeBundle(bundle, id string, spec *namespaces.Spec, extra ...specs.Mount) error {
+func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
 	p := &spec.Policy
-	root := filepath.Join(bundle, "rootfs")
+	root := filepath.Join(b.dir, "rootfs")
 	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", "home/user"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
@@ -267,7 +350,7 @@ func writeBundle(bundle, id string, spec *namespaces.Spec, extra ...specs.Mount)
 	}
 	if len(spec.Files) > 0 {
 		os.MkdirAll(filepath.Join(root, namespaces.CodeDir), 0o755)
-		code := filepath.Join(bundle, "code")
+		code := filepath.Join(b.dir, "code")
 		if err := os.MkdirAll(code, 0o755); err != nil {
 			return err
 		}
@@ -298,10 +381,6 @@ func writeBundle(bundle, id string, spec *namespaces.Spec, extra ...specs.Mount)
 		}
 		mounts = append(mounts, m)
 	}
-	mem := p.MemoryBytes
-	pids := idleHostTasks + 2*p.Pids
-	period := uint64(100_000)
-	quota := max(int64(p.CPUs*float64(period)), 1000)
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	cfg := specs.Spec{
 		Version:  specs.Version,
@@ -323,40 +402,39 @@ func writeBundle(bundle, id string, spec *namespaces.Spec, extra ...specs.Mount)
 		Mounts: mounts,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
-			Resources: &specs.LinuxResources{
-				Memory: &specs.LinuxMemory{Limit: &mem, Swap: &mem},
-				Pids:   &specs.LinuxPids{Limit: pids},
-				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
-			},
-			CgroupsPath: "/" + id,
+			// The limits are in the cgroup Airlock made (newBundle);
+			// runsc uses a cgroup it finds as it is, and sizes the
+			// Sentry's memory and CPUs from it.
+			CgroupsPath: b.cg.Path(),
 		},
 	}
 	data, err := json.MarshalIndent(&cfg, "", " ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o644)
+	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o644)
 }
 
 // Cleanup removes the gVisor sandboxes of earlier, killed airlock runs:
 // bundles whose lock nobody holds, with their runsc state and cgroups.
 func Cleanup(runsc string) error {
+	var errs []error
 	entries, _ := os.ReadDir(filepath.Join(StateDir, "bundles"))
 	for _, e := range entries {
-		dir := filepath.Join(StateDir, "bundles", e.Name())
-		f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
+		b := &bundle{id: e.Name(), dir: filepath.Join(StateDir, "bundles", e.Name()), cg: namespaces.LoadCgroup(e.Name())}
+		f, err := os.OpenFile(filepath.Join(b.dir, "lock"), os.O_RDWR, 0)
 		if err == nil {
 			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 				f.Close()
 				continue // alive
 			}
-			f.Close()
+			b.lock = f
 		} else if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
 			continue // being created
 		}
-		teardown(runsc, e.Name())
-		os.RemoveAll(filepath.Join(StateDir, "agents", e.Name()))
-		os.RemoveAll(dir)
+		if err := b.remove(runsc); err != nil {
+			errs = append(errs, fmt.Errorf("leftover gVisor sandbox %s: %w", b.id, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

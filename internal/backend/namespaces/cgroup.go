@@ -358,3 +358,43 @@ func SweepOrphanCgroups() {
 		}
 	}
 }
+
+// Cgroup is a sandbox's cgroup for a backend whose sandbox joins it by
+// itself: gVisor's runsc is handed its path. Airlock creates and removes it
+// on both backends, so limits, statistics, kills and crash cleanup have
+// one implementation, and the cgroup outlives runsc's own bookkeeping
+// long enough to read what the sandbox consumed.
+type Cgroup struct {
+	g    cgroup
+	name string
+}
+
+// CgroupStats is what a sandbox consumed.
+type CgroupStats = cgroupStats
+
+// NewCgroup creates the cgroup of sandbox id with p's limits.
+func NewCgroup(id string, p *policy.Policy) (*Cgroup, error) {
+	g, err := newCgroup(id, p)
+	if err != nil {
+		return nil, err
+	}
+	return &Cgroup{g: g, name: cgroupPrefix + id}, nil
+}
+
+// LoadCgroup returns the cgroup of an existing sandbox, for cleanup.
+func LoadCgroup(id string) *Cgroup { return &Cgroup{g: loadCgroup(id), name: cgroupPrefix + id} }
+
+// Path is the cgroup's path below each hierarchy's root, the form of an
+// OCI spec's linux.cgroupsPath.
+func (c *Cgroup) Path() string { return "/" + c.name }
+
+// Stats reads what the sandbox consumed so far.
+func (c *Cgroup) Stats() (CgroupStats, error) { return c.g.stats() }
+
+// Remove kills every process left in the cgroup and removes it.
+func (c *Cgroup) Remove() error {
+	if err := c.g.kill(); err != nil {
+		return err
+	}
+	return c.g.destroy()
+}
