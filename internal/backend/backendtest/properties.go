@@ -118,6 +118,13 @@ func Properties(t *testing.T, run Runner) {
 					t.Errorf("timed_out %v signal %q", o.TimedOut, o.Signal)
 				}
 			}},
+		// On gVisor these timeouts kill runsc while it is still building
+		// the sandbox (it takes ~200 ms): what it had made must go all the
+		// same (the runner checks). At 20 and 100 ms runsc had cgroups
+		// that nobody removed.
+		{"a timeout during start-up (1 ms)", func(p *policy.Policy) { p.Timeout = time.Millisecond }, `sleep 5`, timedOut},
+		{"a timeout during start-up (20 ms)", func(p *policy.Policy) { p.Timeout = 20 * time.Millisecond }, `sleep 5`, timedOut},
+		{"a timeout during start-up (100 ms)", func(p *policy.Policy) { p.Timeout = 100 * time.Millisecond }, `sleep 5`, timedOut},
 		// Contained either way: the namespaces backend lets it run into the
 		// timeout; under gVisor the whole sandbox dies when the Sentry can
 		// no longer start threads. Nothing outlives it (the runner checks).
@@ -158,6 +165,12 @@ func Properties(t *testing.T, run Runner) {
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host's loopback listener accepted %d connections from a sandbox", n)
+	}
+}
+
+func timedOut(t *testing.T, o Outcome) {
+	if !o.TimedOut {
+		t.Errorf("not timed out: exit %d signal %q", o.ExitCode, o.Signal)
 	}
 }
 

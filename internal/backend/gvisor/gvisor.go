@@ -281,18 +281,21 @@ func runscFlags(runsc, id string, extra []string, args ...string) *exec.Cmd {
 }
 
 // teardown deletes sandbox id from runsc and removes runsc's state for it,
-// the network namespace mount included.
+// the network namespace mount included. runsc run deletes its container
+// when it ends; only one killed or crashed first leaves a state file, and
+// only then does deleting it cost another runsc start.
 func teardown(runsc, id string) error {
-	out, err := runscCmd(runsc, id, "delete", "-force", id).CombinedOutput()
 	root := filepath.Join(StateDir, "state", id)
-	if e := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH); e != nil && !errors.Is(e, unix.EINVAL) && !errors.Is(e, unix.ENOENT) {
-		return fmt.Errorf("unmount runsc's network namespace: %w", e)
+	if states, _ := filepath.Glob(filepath.Join(root, "*.state")); len(states) > 0 {
+		out, err := runscCmd(runsc, id, "delete", "-force", id).CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
+			return fmt.Errorf("runsc delete: %v: %s", err, strings.TrimSpace(string(out)))
+		}
 	}
-	os.RemoveAll(root)
-	if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
-		return fmt.Errorf("runsc delete: %v: %s", err, strings.TrimSpace(string(out)))
+	if err := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount runsc's network namespace: %w", err)
 	}
-	return nil
+	return os.RemoveAll(root)
 }
 
 func readUint(path string) (uint64, error) {

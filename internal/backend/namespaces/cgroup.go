@@ -341,10 +341,8 @@ const orphanAge = 2 * setupTimeout
 func SweepOrphanCgroups() {
 	dirs := []string{cgroupRoot}
 	if !unifiedHierarchy() {
-		dirs = dirs[:0]
-		for _, c := range cgroupV1Controllers {
-			dirs = append(dirs, filepath.Join(cgroupRoot, c))
-		}
+		// Every hierarchy: gVisor sandboxes have cgroups in all of them.
+		dirs, _ = filepath.Glob(filepath.Join(cgroupRoot, "*"))
 	}
 	for _, d := range dirs {
 		entries, _ := os.ReadDir(d)
@@ -391,10 +389,25 @@ func (c *Cgroup) Path() string { return "/" + c.name }
 // Stats reads what the sandbox consumed so far.
 func (c *Cgroup) Stats() (CgroupStats, error) { return c.g.stats() }
 
-// Remove kills every process left in the cgroup and removes it.
+// Remove kills every process left in the cgroup and removes it, from
+// every hierarchy: runsc adds the cgroup to the ones Airlock leaves alone
+// (blkio, cpuset, devices, freezer…), and a runsc killed before it
+// recorded them leaves them to whoever removes the sandbox.
 func (c *Cgroup) Remove() error {
 	if err := c.g.kill(); err != nil {
 		return err
 	}
-	return c.g.destroy()
+	if err := c.g.destroy(); err != nil {
+		return err
+	}
+	if unifiedHierarchy() {
+		return nil
+	}
+	others, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", c.name))
+	for _, dir := range others {
+		if err := rmdirCgroup(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
