@@ -146,7 +146,10 @@ type commandOutput struct {
 	Pid            uint32
 	Stdout, Stderr strings.Builder
 	ExitCode       int
-	Ended          bool
+	// Status is how it ended, as the agent says ("exit status 1",
+	// "signal: killed").
+	Status string
+	Ended  bool
 }
 
 // runCommand runs bash -l -c command in the sandbox, as commands.run does,
@@ -205,7 +208,8 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 					Stdout, Stderr []byte
 				} `json:"data"`
 				End *struct {
-					ExitCode int `json:"exitCode"`
+					ExitCode int    `json:"exitCode"`
+					Status   string `json:"status"`
 				} `json:"end"`
 			} `json:"event"`
 		}
@@ -220,7 +224,7 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, command string, backgr
 			out.Stdout.Write(ev.Event.Data.Stdout)
 			out.Stderr.Write(ev.Event.Data.Stderr)
 		case ev.Event.End != nil:
-			out.ExitCode, out.Ended = ev.Event.End.ExitCode, true
+			out.ExitCode, out.Status, out.Ended = ev.Event.End.ExitCode, ev.Event.End.Status, true
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -48,8 +49,13 @@ type Server struct {
 type session struct {
 	mu        sync.Mutex
 	sandboxID string
-	ttl       time.Duration // its idle timeout; 0: the server's
-	ended     bool
+	// What create_sandbox asked for, kept for a sandbox that replaces one
+	// that died: its template ("": the code interpreter), limits and idle
+	// timeout (0: the server's).
+	template string
+	limits   sandbox.Limits
+	ttl      time.Duration
+	ended    bool
 }
 
 // New returns the MCP server over m. ttl is how long a session's sandbox
@@ -69,7 +75,8 @@ func New(m *sandbox.Manager, ttl time.Duration, log *slog.Logger) *sdk.Server {
 	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Write a text file in the session's sandbox, creating directories as needed."}, s.writeFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Description: "List a directory of the session's sandbox."}, s.listFiles)
 	sdk.AddTool(srv, &sdk.Tool{Name: "create_sandbox", Description: "Start a fresh sandbox for this session (the old one is " +
-		"killed). Only needed to change the template or the timeout; tools create one on first use."}, s.createSandbox)
+		"killed). Only needed to change the template, the timeout or the limits (memory, CPUs, processes, disk: " +
+		"each at most the template's); tools create one on first use."}, s.createSandbox)
 	sdk.AddTool(srv, &sdk.Tool{Name: "kill_sandbox", Description: "Kill the session's sandbox; everything in it is lost."}, s.killSandbox)
 	sdk.AddTool(srv, &sdk.Tool{Name: "list_sandboxes", Description: "Show the session's sandbox: its id, template, " +
 		"when it ends and its limits. A session sees and controls only its own."}, s.listSandboxes)
@@ -115,17 +122,17 @@ func (s *Server) sandboxFor(ctx context.Context, req *sdk.CallToolRequest) (*san
 		s.m.SetTTL(sb.ID, cmp.Or(ss.ttl, s.ttl))
 		return sb, nil
 	}
-	sb, err := s.create(ctx, codeTemplate, s.ttl)
+	sb, err := s.create(ctx, cmp.Or(ss.template, codeTemplate), cmp.Or(ss.ttl, s.ttl), ss.limits)
 	if err != nil {
 		return nil, err
 	}
-	ss.sandboxID, ss.ttl = sb.ID, 0
+	ss.sandboxID = sb.ID
 	return sb, nil
 }
 
-func (s *Server) create(ctx context.Context, template string, ttl time.Duration) (*sandbox.Sandbox, error) {
+func (s *Server) create(ctx context.Context, template string, ttl time.Duration, limits sandbox.Limits) (*sandbox.Sandbox, error) {
 	return s.m.Create(ctx, sandbox.CreateRequest{TemplateID: template, TTL: ttl, ClientID: "mcp",
-		Metadata: map[string]string{"mcp-session": "true"}})
+		Metadata: map[string]string{"mcp-session": "true"}, Limits: limits})
 }
 
 func (s *Server) endSession(id string, ss *session) {
@@ -144,6 +151,22 @@ func (s *Server) endSession(id string, ss *session) {
 // failure is the tool result for err. Messages that describe the
 // sandbox or the request go to the model; the daemon's own errors can
 // name host paths, so they are logged and summarized.
+// sandboxFailure is failure for a call into sb, unless sb died under it:
+// then that is what the model needs to know.
+func (s *Server) sandboxFailure(what string, sb *sandbox.Sandbox, err error) *sdk.CallToolResult {
+	var ae agentError
+	if !errors.As(err, &ae) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		// The call can fail a moment before the sandbox is seen to end.
+		select {
+		case <-sb.Done():
+			return toolError("%s: the sandbox ended under it (it was killed: going over its memory limit is the usual cause) "+
+				"and everything in it is lost; the next call starts a new one", what)
+		case <-time.After(time.Second):
+		}
+	}
+	return s.failure(what, err)
+}
+
 func (s *Server) failure(what string, err error) *sdk.CallToolResult {
 	var ae agentError
 	switch {
@@ -197,7 +220,7 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCo
 	// goes away; what the cell printed until then is still worth showing.
 	timedOut := err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded)
 	if err != nil && !timedOut {
-		return s.failure("run_code", err), nil, nil
+		return s.sandboxFailure("run_code", sb, err), nil, nil
 	}
 	if out == nil {
 		out = &codeOutput{}
@@ -274,10 +297,19 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in ru
 		return toolError("the command did not finish within %s", timeout), nil, nil
 	}
 	if err != nil {
-		return s.failure("run_command", err), nil, nil
+		return s.sandboxFailure("run_command", sb, err), nil, nil
 	}
 	res := &sdk.CallToolResult{IsError: out.ExitCode != 0}
-	res.Content = append(res.Content, &sdk.TextContent{Text: capText(fmt.Sprintf("exit code %d\nstdout:\n%s\nstderr:\n%s", out.ExitCode, out.Stdout.String(), out.Stderr.String()))})
+	ended := fmt.Sprintf("exit code %d", out.ExitCode)
+	if strings.HasPrefix(out.Status, "signal: ") {
+		// Killed: say by what, and the likeliest cause of a SIGKILL.
+		ended += " (" + out.Status
+		if out.Status == "signal: killed" {
+			ended += "; the sandbox's memory limit is the usual cause"
+		}
+		ended += ")"
+	}
+	res.Content = append(res.Content, &sdk.TextContent{Text: capText(fmt.Sprintf("%s\nstdout:\n%s\nstderr:\n%s", ended, out.Stdout.String(), out.Stderr.String()))})
 	return res, nil, nil
 }
 
@@ -328,7 +360,7 @@ func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in path
 	}
 	data, truncated, err := readFile(ctx, sb, in.Path, maxImage)
 	if err != nil {
-		return s.failure("read_file", err), nil, nil
+		return s.sandboxFailure("read_file", sb, err), nil, nil
 	}
 	result := func(c sdk.Content) (*sdk.CallToolResult, any, error) {
 		return &sdk.CallToolResult{Content: []sdk.Content{c}}, nil, nil
@@ -379,7 +411,7 @@ func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in wri
 		return s.failure("no sandbox", err), nil, nil
 	}
 	if err := writeFile(ctx, sb, in.Path, []byte(in.Content)); err != nil {
-		return s.failure("write_file", err), nil, nil
+		return s.sandboxFailure("write_file", sb, err), nil, nil
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("wrote %d bytes to %s", len(in.Content), in.Path)}}}, nil, nil
 }
@@ -397,7 +429,7 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in lis
 	depth := max(in.Depth, 1)
 	entries, err := listFiles(ctx, sb, in.Path, depth)
 	if err != nil {
-		return s.failure("list_files", err), nil, nil
+		return s.sandboxFailure("list_files", sb, err), nil, nil
 	}
 	var b strings.Builder
 	for _, e := range entries {
@@ -414,8 +446,12 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in lis
 }
 
 type createIn struct {
-	Template       string `json:"template,omitempty" jsonschema:"base or code-interpreter-v1 (default)"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"the sandbox's time to live, within the server's bounds"`
+	Template       string  `json:"template,omitempty" jsonschema:"base or code-interpreter-v1 (default)"`
+	TimeoutSeconds int     `json:"timeout_seconds,omitempty" jsonschema:"the sandbox's time to live, within the server's bounds"`
+	MemoryMB       int64   `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB; at most the template's (list_sandboxes shows it)"`
+	CPUs           float64 `json:"cpus,omitempty" jsonschema:"CPU limit in cores, e.g. 0.5; at most the template's"`
+	Pids           int64   `json:"pids,omitempty" jsonschema:"limit on processes and threads; at most the template's"`
+	DiskMB         int64   `json:"disk_mb,omitempty" jsonschema:"size limit of /tmp and /home/user in MiB; at most the template's"`
 }
 
 func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
@@ -435,10 +471,11 @@ func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in
 		ss.mu.Unlock()
 		return toolError("create_sandbox: the session has ended"), nil, nil
 	}
-	sb, err := s.create(ctx, tmpl, ttl)
+	limits := sandbox.Limits{MemoryBytes: mib(in.MemoryMB), CPUs: in.CPUs, Pids: in.Pids, DiskBytes: mib(in.DiskMB)}
+	sb, err := s.create(ctx, tmpl, ttl, limits)
 	old := ss.sandboxID
 	if err == nil {
-		ss.sandboxID, ss.ttl = sb.ID, ttl
+		ss.sandboxID, ss.template, ss.limits, ss.ttl = sb.ID, tmpl, limits, ttl
 	}
 	ss.mu.Unlock()
 	if err != nil {
@@ -448,6 +485,15 @@ func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in
 		s.m.Kill(old)
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("sandbox %s (%s) ready; it ends after %s without a tool call", sb.ID, tmpl, ttl)}}}, nil, nil
+}
+
+// mib converts MiB to bytes, saturating: a huge request stays huge (and
+// is refused as such) instead of wrapping around.
+func mib(v int64) int64 {
+	if v > math.MaxInt64>>20 {
+		return math.MaxInt64
+	}
+	return v << 20
 }
 
 // ownSandbox is the session's sandbox id, "" if it has none.

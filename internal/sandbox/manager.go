@@ -131,6 +131,9 @@ func (s *Sandbox) CheckTrafficToken(token string) bool {
 // MemoryUsage is the sandbox's current memory use in bytes.
 func (s *Sandbox) MemoryUsage() int64 { return s.inst.MemoryUsage() }
 
+// Done is closed when the sandbox has ended, whatever the reason.
+func (s *Sandbox) Done() <-chan struct{} { return s.inst.Done() }
+
 // Manager owns every sandbox of the host.
 type Manager struct {
 	cfg     Config
@@ -179,6 +182,64 @@ type CreateRequest struct {
 	ClientID   string
 	// Backend names the isolation for this sandbox ("" : the template's).
 	Backend string
+	// Limits lower the template's for this sandbox.
+	Limits Limits
+}
+
+// Limits are the resource limits a create request may ask for. A zero
+// field keeps the template's; a sandbox never gets more than its
+// template allows, so the operator's configuration bounds every request.
+type Limits struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	DiskBytes   int64
+}
+
+// The least a request may ask for: the agent (a Go program, whose threads
+// count as pids) and a Jupyter kernel must fit.
+const (
+	minRequestMemory = 64 << 20
+	minRequestPids   = 32
+	minRequestDisk   = 4 << 20
+)
+
+// apply returns the template policy t with l's limits, and whether any
+// differs from t's.
+func (l Limits) apply(t policy.Policy) (policy.Policy, bool, error) {
+	p := t
+	set := func(name string, v, min, max int64, dst *int64, format func(int64) string) error {
+		switch {
+		case v == 0:
+			return nil
+		case v > max:
+			return fmt.Errorf("%w: %s %s is above the template's %s", ErrInvalid, name, format(v), format(max))
+		case v < min:
+			return fmt.Errorf("%w: %s %s is below %s, the least a sandbox and its agent run in", ErrInvalid, name, format(v), format(min))
+		}
+		*dst = v
+		return nil
+	}
+	count := func(v int64) string { return fmt.Sprint(v) }
+	for _, err := range []error{
+		set("memory", l.MemoryBytes, minRequestMemory, t.MemoryBytes, &p.MemoryBytes, policy.FormatSize),
+		set("pids", l.Pids, minRequestPids, t.Pids, &p.Pids, count),
+		set("disk", l.DiskBytes, minRequestDisk, t.DiskBytes, &p.DiskBytes, policy.FormatSize),
+	} {
+		if err != nil {
+			return t, false, err
+		}
+	}
+	if l.CPUs > t.CPUs {
+		return t, false, fmt.Errorf("%w: cpus %g is above the template's %g", ErrInvalid, l.CPUs, t.CPUs)
+	} else if l.CPUs != 0 {
+		p.CPUs = l.CPUs
+	}
+	if err := p.Validate(); err != nil {
+		return t, false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	custom := p.MemoryBytes != t.MemoryBytes || p.CPUs != t.CPUs || p.Pids != t.Pids || p.DiskBytes != t.DiskBytes
+	return p, custom, nil
 }
 
 // Create hands out a sandbox of the requested template: a warm one from
@@ -190,6 +251,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, req.TemplateID)
 	}
 	ttl, err := m.ttl(req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	pol, custom, err := req.Limits.apply(p.tmpl.Policy)
 	if err != nil {
 		return nil, err
 	}
@@ -224,12 +289,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	}
 	var inst Instance
 	warm := false
-	// The pool holds sandboxes of the template's own backend only.
-	if backend == m.backendOf(&p.tmpl) {
+	// The pool holds sandboxes of the template's own backend and limits.
+	if backend == m.backendOf(&p.tmpl) && !custom {
 		inst, warm = p.claim()
 	}
 	if inst == nil {
-		if inst, err = backend.Start(ctx, p.tmpl.Policy); err != nil {
+		if inst, err = backend.Start(ctx, pol); err != nil {
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
@@ -242,9 +307,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		TrafficToken: newToken(),
 		Metadata:     req.Metadata,
 		StartedAt:    time.Now().UTC(),
-		CPUs:         p.tmpl.Policy.CPUs,
-		MemoryMB:     p.tmpl.Policy.MemoryBytes >> 20,
-		DiskMB:       p.tmpl.Policy.DiskBytes >> 20,
+		CPUs:         pol.CPUs,
+		MemoryMB:     pol.MemoryBytes >> 20,
+		DiskMB:       pol.DiskBytes >> 20,
 		inst:         inst,
 		transport:    agentTransport(inst),
 	}

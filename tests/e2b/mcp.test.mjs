@@ -151,6 +151,44 @@ test('MCP sessions have sandboxes of their own', async () => {
   }
 })
 
+test('MCP create_sandbox: limits below the template\'s are enforced, above it refused', async () => {
+  const { client, transport } = await httpClient()
+  try {
+    let res = await client.callTool({ name: 'create_sandbox', arguments: { memory_mb: 1 << 20 } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /memory 1T is above the template's 512M/)
+    res = await client.callTool({ name: 'create_sandbox', arguments: { pids: 2 } })
+    assert.equal(res.isError, true)
+    assert.match(text(res), /pids 2 is below 32/)
+    assert.deepEqual(await mcpSandboxes(), [], 'a refused request starts nothing')
+
+    res = await client.callTool({ name: 'create_sandbox', arguments: { template: 'base', memory_mb: 128, cpus: 0.5 } })
+    assert.equal(res.isError, undefined, text(res))
+    res = await client.callTool({ name: 'list_sandboxes', arguments: {} })
+    assert.match(text(res), /memory 128 MiB, 0.5 CPUs/)
+    const first = text(res).split('\t')[0]
+    // 300 MiB fits the template's 512 MiB, not this sandbox's 128.
+    res = await client.callTool({ name: 'run_command', arguments: {
+      command: 'python3 -c "x = bytearray(300 << 20); print(\'allocated\')"' } })
+    assert.equal(res.isError, true)
+    assert.doesNotMatch(text(res), /allocated/)
+    if (process.env.AIRLOCK_TEST_BACKEND === 'gvisor') {
+      // The limit is on the whole gVisor sandbox: the host kills it.
+      assert.match(text(res), /the sandbox ended under it .* memory limit/, text(res))
+    } else {
+      assert.match(text(res), /exit code -1 \(signal: killed; the sandbox's memory limit/, text(res))
+    }
+    res = await client.callTool({ name: 'run_command', arguments: { command: 'echo still usable' } })
+    assert.match(text(res), /still usable/)
+    res = await client.callTool({ name: 'list_sandboxes', arguments: {} })
+    assert.match(text(res), /memory 128 MiB, 0.5 CPUs/, 'a replacement keeps the limits asked for')
+    assert.equal(text(res).split('\t')[0] === first, process.env.AIRLOCK_TEST_BACKEND !== 'gvisor')
+  } finally {
+    await transport.terminateSession()
+    await client.close()
+  }
+})
+
 test('MCP over HTTP needs the API key, as a bearer token', async () => {
   for (const auth of ['Bearer wrong', server.apiKey, `Basic ${server.apiKey}`, 'Bearer ']) {
     const res = await fetch(server.env.E2B_API_URL + '/mcp', {

@@ -48,7 +48,7 @@ func FindRunsc(path string) (string, error) {
 	if path == "" {
 		p, err := exec.LookPath("runsc")
 		if err != nil {
-			return "", errors.New("runsc not found: install it (make install-runsc) or pass --runsc PATH")
+			return "", errors.New("runsc not found: build it (make runsc) or pass --runsc PATH")
 		}
 		path = p
 	}
