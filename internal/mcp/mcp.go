@@ -465,6 +465,9 @@ func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in
 	} else if in.TimeoutSeconds > 0 {
 		ttl = time.Duration(in.TimeoutSeconds) * time.Second
 	}
+	if in.MemoryMB < 0 || in.CPUs < 0 || in.Pids < 0 || in.DiskMB < 0 {
+		return toolError("create_sandbox: memory_mb, cpus, pids and disk_mb must not be negative"), nil, nil
+	}
 	ss := s.session(req)
 	ss.mu.Lock()
 	if ss.ended {
@@ -487,8 +490,8 @@ func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("sandbox %s (%s) ready; it ends after %s without a tool call", sb.ID, tmpl, ttl)}}}, nil, nil
 }
 
-// mib converts MiB to bytes, saturating: a huge request stays huge (and
-// is refused as such) instead of wrapping around.
+// mib converts MiB (not negative) to bytes, saturating: a huge request
+// stays huge (and is refused as such) instead of wrapping around.
 func mib(v int64) int64 {
 	if v > math.MaxInt64>>20 {
 		return math.MaxInt64
