@@ -1,6 +1,8 @@
 // Benchmark of the code interpreter through @e2b/code-interpreter. Prints
-// medians and 99th percentiles; asserts nothing. Baseline in the same run:
-// a bare HTTP round trip to the daemon.
+// medians and 99th percentiles; asserts nothing. Baselines in the same run:
+// a bare HTTP round trip to the daemon, and the same cell sent straight to
+// an ipykernel on the host with jupyter_client (raw-kernel.py).
+import { execFileSync } from 'node:child_process'
 import { Sandbox } from '@e2b/code-interpreter'
 import { startServer, sleep } from './harness.mjs'
 
@@ -16,6 +18,9 @@ async function poolReady(server, n) {
   }
   throw new Error('pool did not fill')
 }
+
+const raw = JSON.parse(execFileSync('/usr/bin/python3', [new URL('raw-kernel.py', import.meta.url).pathname, '200'],
+  { stdio: ['ignore', 'pipe', 'ignore'] }).toString())
 
 const server = await startServer(['--pool-size', '2'])
 const floor = []
@@ -45,5 +50,6 @@ await server.stop()
 
 console.log('code interpreter through @e2b/code-interpreter 2.8.0')
 console.log(`  baseline: HTTP GET /health                  ${fmt(floor)}`)
-console.log(`  runCode('1+1') in a warm context            ${fmt(cells)}   ${(pct(cells, 50) / pct(floor, 50)).toFixed(1)}x baseline`)
+console.log(`  baseline: raw ipykernel, jupyter_client     ${fmt(raw)}`)
+console.log(`  runCode('1+1') in a warm context            ${fmt(cells)}   ${(pct(cells, 50) / pct(raw, 50)).toFixed(2)}x raw ipykernel`)
 console.log(`  Sandbox.create() + first runCode, from pool ${fmt(first)}`)
