@@ -288,13 +288,21 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		backend = b
 	}
 	var inst Instance
-	warm := false
+	pooled := false
 	// The pool holds sandboxes of the template's own backend and limits.
 	if backend == m.backendOf(&p.tmpl) && !custom {
-		inst, warm = p.claim()
+		inst, pooled = p.claim()
 	}
 	if inst == nil {
 		if inst, err = backend.Start(ctx, pol); err != nil {
+			m.metrics.createFailures.Add(1)
+			return nil, fmt.Errorf("start sandbox: %w", err)
+		}
+		// As a pooled one: a create returns a sandbox whose agent
+		// answers, or an error, never one still starting.
+		if err := warm(ctx, inst); err != nil {
+			inst.Kill()
+			go inst.Wait()
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
@@ -341,8 +349,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		<-inst.Done()
 		m.remove(sb, "ended")
 	}()
-	m.metrics.observeCreate(time.Since(start), warm)
-	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", warm,
+	m.metrics.observeCreate(time.Since(start), pooled)
+	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,
 		"ms", float64(time.Since(start).Microseconds())/1000)
 	return sb, nil
 }
