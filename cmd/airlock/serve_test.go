@@ -257,6 +257,50 @@ func TestServeCrashRecovery(t *testing.T) {
 	s2.stop(t)
 }
 
+// A gVisor sandbox dies with the daemon too: runsc run is the daemon's
+// child (Pdeathsig), the sandbox runsc's. The next start removes the rest.
+func TestServeCrashRecoveryGVisor(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	if _, err := exec.LookPath("runsc"); err != nil && os.Getenv("AIRLOCK_RUNSC") == "" {
+		t.Skip("no runsc (make test builds it)")
+	}
+	dir := t.TempDir()
+	s := startServe(t, dir, "--backend", "gvisor", "--pool-size", "1")
+	c := s.create(t)
+	if out := s.run(t, c, "echo alive"); out != "alive\n" {
+		t.Fatalf("sandbox not working: %q", out)
+	}
+	bundles := filepath.Join(dir, "gvisor", "bundles")
+	before, _ := os.ReadDir(bundles)
+	if len(before) == 0 {
+		t.Fatal("no bundles while sandboxes ran")
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, _ := exec.Command("pgrep", "-f", "runsc-sandbox.*"+dir).Output()
+		if len(out) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gVisor sandboxes outlived the daemon: %s", out)
+		}
+	}
+	s2 := startServe(t, dir, "--backend", "gvisor", "--pool-size", "0")
+	if left, _ := os.ReadDir(bundles); len(left) > 0 {
+		t.Errorf("%d bundles survived the restart", len(left))
+	}
+	for _, e := range before {
+		if m, _ := filepath.Glob("/sys/fs/cgroup/*/airlock-" + e.Name()); len(m) > 0 {
+			t.Errorf("cgroups of the killed daemon's sandbox survived the restart: %v", m)
+		}
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), dir) {
+		t.Errorf("mounts under %s survived the restart", dir)
+	}
+	s2.stop(t)
+}
+
 func TestServeBadConfig(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	dir := t.TempDir()
