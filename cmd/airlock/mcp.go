@@ -9,13 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -51,23 +49,14 @@ func mcpCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	if os.Geteuid() != 0 {
-		return usageError{namespaces.ErrNotRoot.Error()}
-	}
-	if !filepath.IsAbs(cfg.StateDir) {
-		return usageError{fmt.Sprintf("state directory %q is not an absolute path", cfg.StateDir)}
-	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
+	if err := checkStateDir(cfg.StateDir); err != nil {
+		return err
 	}
 	// stdout carries the protocol: the log goes to stderr, which MCP
 	// clients show as the server's log.
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	namespaces.StateDir = filepath.Join(cfg.StateDir, "run")
-	// Several of these, one per agent, and a daemon may share the state
-	// directory: cleanup touches only sandboxes whose owner has died.
-	if err := namespaces.Cleanup(); err != nil {
-		log.Warn("cleanup of an earlier run", "err", err)
+	if err := openStateDir(cfg.StateDir, "", log); err != nil {
+		return err
 	}
 	m := sandbox.NewManager(mcfg, nsBackend{log: log}, log)
 	defer m.Shutdown()

@@ -203,31 +203,21 @@ func serveCmd(args []string) error {
 			mcfg.Templates[i].Backend = b
 		}
 	}
-	if os.Geteuid() != 0 {
-		return usageError{namespaces.ErrNotRoot.Error()}
-	}
-	if !filepath.IsAbs(cfg.StateDir) {
-		return usageError{fmt.Sprintf("state directory %q is not an absolute path", cfg.StateDir)}
+	if err := checkStateDir(cfg.StateDir); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return usageError{fmt.Sprintf("listen on %s: %v", cfg.Listen, errors.Unwrap(err))}
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
+	runsc := ""
+	if gb, ok := backends["gvisor"].(gvBackend); ok {
+		runsc = gb.runsc
 	}
-	namespaces.StateDir = filepath.Join(cfg.StateDir, "run")
-	gvisor.StateDir = filepath.Join(cfg.StateDir, "gvisor")
-	// What a crashed or killed earlier daemon left behind goes first.
-	if err := namespaces.Cleanup(); err != nil {
-		log.Warn("cleanup of an earlier run", "err", err)
+	if err := openStateDir(cfg.StateDir, runsc, log); err != nil {
+		return err
 	}
 	namespaces.SweepOrphanCgroups()
-	if gb, ok := backends["gvisor"].(gvBackend); ok {
-		if err := gvisor.Cleanup(gb.runsc); err != nil {
-			log.Warn("cleanup of an earlier run's gVisor sandboxes", "err", err)
-		}
-	}
 	key, err := apiKey(cfg.StateDir)
 	if err != nil {
 		return err
@@ -338,6 +328,39 @@ func apiKey(stateDir string) (string, error) {
 		return "", fmt.Errorf("store API key: %w", err)
 	}
 	return k, nil
+}
+
+// checkStateDir refuses, before anything is started, what would make the
+// state directory unusable.
+func checkStateDir(dir string) error {
+	if os.Geteuid() != 0 {
+		return usageError{namespaces.ErrNotRoot.Error()}
+	}
+	if !filepath.IsAbs(dir) {
+		return usageError{fmt.Sprintf("state directory %q is not an absolute path", dir)}
+	}
+	return nil
+}
+
+// openStateDir makes the state directory and removes what processes that
+// died left in it (with runsc, their gVisor sandboxes too). Several
+// daemons and airlock mcp processes may share it: cleanup touches only
+// sandboxes whose owner is gone.
+func openStateDir(dir, runsc string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	namespaces.StateDir = filepath.Join(dir, "run")
+	gvisor.StateDir = filepath.Join(dir, "gvisor")
+	if err := namespaces.Cleanup(); err != nil {
+		log.Warn("cleanup of an earlier run", "err", err)
+	}
+	if runsc != "" {
+		if err := gvisor.Cleanup(runsc); err != nil {
+			log.Warn("cleanup of an earlier run's gVisor sandboxes", "err", err)
+		}
+	}
+	return nil
 }
 
 // nsBackend starts sandboxes on the namespaces backend.

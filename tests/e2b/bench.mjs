@@ -3,9 +3,9 @@
 // run, is a bare HTTP round trip to the daemon (the floor of any call).
 import { Sandbox } from 'e2b'
 import { startServer, sleep } from './harness.mjs'
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 
 const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
 const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
@@ -64,6 +64,7 @@ const files = []
 for (let i = 0; i < 100; i++) files.push(await time(() => sbx.files.read('/etc/hostname')))
 await sbx.kill()
 await warm.stop()
+rmSync(dirname(cfg), { recursive: true })
 
 const cold = await startServer(['--pool-size', '0'])
 const coldTimes = []
