@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,34 +104,10 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// freePorts returns n TCP ports free on loopback now.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // Start launches a kernel for language in cwd with env and waits until it
 // answers (kernel_info_reply, and an iopub message for it).
 func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, error) {
 	spec, err := FindSpec(language)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -143,9 +118,12 @@ func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, er
 	if k.dir, err = os.MkdirTemp("", "airlock-kernel-"); err != nil {
 		return nil, err
 	}
+	// Unix sockets (Jupyter's "ipc" transport: ip-port paths) in the
+	// kernel's own directory, not loopback TCP ports: nothing to pick
+	// and lose to someone else between picking and binding.
 	conn := map[string]any{
-		"ip": "127.0.0.1", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": string(k.key),
-		"shell_port": ports[0], "iopub_port": ports[1], "stdin_port": ports[2], "control_port": ports[3], "hb_port": ports[4],
+		"ip": filepath.Join(k.dir, "kernel"), "transport": "ipc", "signature_scheme": "hmac-sha256", "key": string(k.key),
+		"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
 		"kernel_name": language,
 	}
 	connFile := filepath.Join(k.dir, "kernel.json")
@@ -172,15 +150,15 @@ func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, er
 		return nil, fmt.Errorf("start kernel: %w", err)
 	}
 	go func() { k.cmd.Wait(); close(k.done) }()
-	if err := k.connect(ctx, ports); err != nil {
+	if err := k.connect(ctx, filepath.Join(k.dir, "kernel")); err != nil {
 		k.Kill()
 		return nil, err
 	}
 	return k, nil
 }
 
-func (k *Kernel) connect(ctx context.Context, ports []int) error {
-	ep := func(p int) string { return fmt.Sprintf("tcp://127.0.0.1:%d", p) }
+func (k *Kernel) connect(ctx context.Context, ipcPrefix string) error {
+	ep := func(port int) string { return fmt.Sprintf("ipc://%s-%d", ipcPrefix, port) }
 	opts := []zmq4.Option{zmq4.WithDialerRetry(10 * time.Millisecond), zmq4.WithDialerMaxRetries(1000)}
 	k.iopub = zmq4.NewSub(context.Background(), opts...)
 	// Subscribe before dialing, or the first messages are lost.
@@ -192,7 +170,7 @@ func (k *Kernel) connect(ctx context.Context, ports []int) error {
 	for _, c := range []struct {
 		s zmq4.Socket
 		p int
-	}{{k.iopub, ports[1]}, {k.shell, ports[0]}, {k.control, ports[3]}} {
+	}{{k.iopub, 2}, {k.shell, 1}, {k.control, 4}} {
 		if err := c.s.Dial(ep(c.p)); err != nil {
 			return fmt.Errorf("connect to kernel: %w", err)
 		}
