@@ -226,20 +226,29 @@ func TestServeHostFilesUnreachable(t *testing.T) {
 
 // TestServeCrashRecovery: after kill -9 of the daemon its sandboxes die
 // with it, and the next start removes what they left.
-func TestServeCrashRecovery(t *testing.T) {
-	dir := t.TempDir()
-	s := startServe(t, dir, "--pool-size", "1")
+// killWhileRunning starts a daemon on dir with a pool and a working
+// sandbox, lists what the sandboxes hold in state (a directory of locks or
+// bundles), and SIGKILLs the daemon.
+func killWhileRunning(t *testing.T, dir, state string, args ...string) []os.DirEntry {
+	t.Helper()
+	s := startServe(t, dir, append(args, "--pool-size", "1")...)
 	c := s.create(t)
 	if out := s.run(t, c, "echo alive"); out != "alive\n" {
 		t.Fatalf("sandbox not working: %q", out)
 	}
-	runs := filepath.Join(dir, "run", "runs")
-	before, _ := os.ReadDir(runs)
-	if len(before) == 0 {
-		t.Fatal("no run locks while sandboxes ran")
+	held, _ := os.ReadDir(state)
+	if len(held) == 0 {
+		t.Fatalf("nothing in %s while sandboxes ran", state)
 	}
 	s.cmd.Process.Kill()
 	s.cmd.Wait()
+	return held
+}
+
+func TestServeCrashRecovery(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "run", "runs")
+	before := killWhileRunning(t, dir, runs)
 	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) > 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("sandbox processes outlived the daemon: %v", airlocktest.SandboxProcs())
@@ -265,18 +274,8 @@ func TestServeCrashRecoveryGVisor(t *testing.T) {
 		t.Skip("no runsc (make test builds it)")
 	}
 	dir := t.TempDir()
-	s := startServe(t, dir, "--backend", "gvisor", "--pool-size", "1")
-	c := s.create(t)
-	if out := s.run(t, c, "echo alive"); out != "alive\n" {
-		t.Fatalf("sandbox not working: %q", out)
-	}
 	bundles := filepath.Join(dir, "gvisor", "bundles")
-	before, _ := os.ReadDir(bundles)
-	if len(before) == 0 {
-		t.Fatal("no bundles while sandboxes ran")
-	}
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	before := killWhileRunning(t, dir, bundles, "--backend", "gvisor")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		out, _ := exec.Command("pgrep", "-f", "runsc-sandbox.*"+dir).Output()
 		if len(out) == 0 {
