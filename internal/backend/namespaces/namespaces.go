@@ -81,16 +81,39 @@ const (
 // HostUIDs is the range [lo, hi) of host uids sandboxes run as.
 func HostUIDs() (lo, hi int) { return hostIDBase, hostIDBase + hostIDSlots*hostIDRange }
 
-// newIDBase picks a sandbox's host id range at random. Two live sandboxes
-// sharing one (about 1 in 16384 per pair) would share per-user kernel
-// budgets; their namespaces and Landlock domains still keep them apart.
-func newIDBase() (int, error) {
-	var b [2]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return 0, err
+// uidLockFile holds a byte-range lock for each host id range in use, taken
+// by every airlock process on the host whatever its state directory: two
+// live sandboxes never share host ids, so never share the kernel's
+// per-user budgets (RLIMIT_NPROC, inotify instances, queued signals).
+const uidLockFile = "/run/airlock-uids.lock"
+
+// claimIDBase picks a free host id range at random and holds it until the
+// returned file is closed: an open file description's lock (F_OFD_SETLK),
+// which the kernel releases when its owner dies, so a crash leaks none.
+func claimIDBase() (int, *os.File, error) {
+	f, err := os.OpenFile(uidLockFile, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, nil, fmt.Errorf("host id lock: %w", err)
 	}
-	slot := int(b[0])<<8 | int(b[1])
-	return hostIDBase + slot%hostIDSlots*hostIDRange, nil
+	for range 64 {
+		var b [2]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			f.Close()
+			return 0, nil, err
+		}
+		slot := (int(b[0])<<8 | int(b[1])) % hostIDSlots
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(slot), Len: 1}
+		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+		if err == nil {
+			return hostIDBase + slot*hostIDRange, f, nil
+		}
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
+			f.Close()
+			return 0, nil, fmt.Errorf("host id lock: %w", err)
+		}
+	}
+	f.Close()
+	return 0, nil, errors.New("no free host id range: too many sandboxes on this host")
 }
 
 // StateDir holds the lock files and agent sockets of running sandboxes;
@@ -220,6 +243,7 @@ type Sandbox struct {
 	HostUID int // the host uid the sandbox's user runs as
 
 	lock           *runLock
+	uids           *os.File // holds the host id range (claimIDBase)
 	cg             cgroup
 	cmd            *exec.Cmd
 	stdout, stderr *capped
@@ -255,20 +279,24 @@ func Start(spec *Spec) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	cg, err := newCgroup(id, &spec.Policy)
-	if err != nil {
-		lock.release(true)
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	base, err := newIDBase()
+	base, uids, err := claimIDBase()
 	if err != nil {
 		lock.release(true)
 		return nil, err
 	}
-	sb := &Sandbox{ID: id, HostUID: base + sandboxUID, lock: lock, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
+	cg, err := newCgroup(id, &spec.Policy)
+	if err != nil {
+		uids.Close()
+		lock.release(true)
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	sb := &Sandbox{ID: id, HostUID: base + sandboxUID, lock: lock, uids: uids, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
 	if err := sb.start(spec); err != nil {
 		// Nothing of a sandbox that failed to start may remain.
 		kerr, derr := cg.kill(), cg.destroy()
+		if kerr == nil {
+			uids.Close()
+		}
 		lock.release(kerr == nil && derr == nil)
 		return nil, err
 	}
@@ -318,9 +346,12 @@ func (s *Sandbox) finish() (*Result, error) {
 	// and at the end of a pid namespace that is every process in it.
 	res.CPU = s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 	res.StdoutTruncated, res.StderrTruncated = s.stdout.truncated, s.stderr.truncated
-	// Whatever happened, nothing of the sandbox may outlive it.
+	// Whatever happened, nothing of the sandbox may outlive it. Its host
+	// ids are free again once nothing runs as them.
 	if err := s.cg.kill(); err != nil {
 		errs = append(errs, fmt.Errorf("kill sandbox %s: %w", s.ID, err))
+	} else {
+		s.uids.Close()
 	}
 	if st, err := s.cg.stats(); err == nil {
 		res.MaxMemoryBytes = st.MaxMemory

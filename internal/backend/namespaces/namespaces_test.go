@@ -728,3 +728,44 @@ func TestIsolationProperties(t *testing.T) {
 			StdoutTruncated: o.StdoutTruncated, Stdout: o.stdout, Stderr: o.stderr}
 	})
 }
+
+// Live sandboxes never share a host id range: a claimed range is refused
+// to every other claim, in this process or another, until released.
+func TestHostIDRangesAreExclusive(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	held := map[int]*os.File{}
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for range 300 {
+		base, f, err := claimIDBase()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := held[base]; dup {
+			t.Fatalf("range %d handed out twice", base)
+		}
+		held[base] = f
+	}
+	// A slot held here is locked for any other open file too.
+	for base := range held {
+		other, err := os.OpenFile(uidLockFile, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot := (base - hostIDBase) / hostIDRange
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Start: int64(slot), Len: 1}
+		if err := unix.FcntlFlock(other.Fd(), unix.F_OFD_SETLK, &lk); err == nil {
+			t.Errorf("slot %d locked twice", slot)
+		}
+		held[base].Close()
+		if err := unix.FcntlFlock(other.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+			t.Errorf("slot %d still locked after its release: %v", slot, err)
+		}
+		other.Close()
+		delete(held, base)
+		break
+	}
+}
