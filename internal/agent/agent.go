@@ -37,6 +37,13 @@ type Setup struct {
 	EnvVars map[string]string `json:"envVars"`
 }
 
+// Disk is the agent's answer on SetupPath+"disk".
+type Disk struct {
+	// Used is what the sandbox's writable file systems (/tmp and the
+	// home directory, one or two) hold, in bytes.
+	Used int64 `json:"used"`
+}
+
 // Agent serves one sandbox.
 type Agent struct {
 	log  *slog.Logger
@@ -103,6 +110,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("GET /files", a.getFile)
 	mux.HandleFunc("POST /files", a.postFile)
 	mux.HandleFunc("POST "+SetupPath+"setup", a.setup)
+	mux.HandleFunc("GET "+SetupPath+"disk", a.disk)
 
 	mux.Handle("/process.Process/Start", serverStream(a.processStart))
 	mux.Handle("/process.Process/Connect", serverStream(a.processConnect))
@@ -137,6 +145,22 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 	maps.Copy(a.vars, s.EnvVars)
 	a.envMu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
+	var d Disk
+	seen := map[uint64]bool{} // one file system may hold both
+	for _, dir := range []string{"/tmp", a.home} {
+		var st unix.Stat_t
+		var fs unix.Statfs_t
+		if unix.Stat(dir, &st) != nil || seen[st.Dev] || unix.Statfs(dir, &fs) != nil {
+			continue
+		}
+		seen[st.Dev] = true
+		d.Used += int64(fs.Blocks-fs.Bfree) * fs.Bsize
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(d)
 }
 
 // Serve answers on ln until ctx ends.

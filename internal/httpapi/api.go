@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -412,15 +413,16 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		s.managerError(w, err)
 		return
 	}
+	u := sb.Usage(r.Context())
 	now := time.Now().UTC()
 	writeJSON(w, http.StatusOK, []map[string]any{{
 		"timestamp":     now,
 		"timestampUnix": now.Unix(),
 		"cpuCount":      sb.CPUs,
-		"cpuUsedPct":    0,
-		"memUsed":       sb.MemoryUsage(),
+		"cpuUsedPct":    math.Round(u.CPUPercent*100) / 100,
+		"memUsed":       u.Memory,
 		"memTotal":      sb.MemoryMB << 20,
-		"diskUsed":      0,
+		"diskUsed":      u.Disk,
 		"diskTotal":     sb.DiskMB << 20,
 	}})
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -40,6 +41,7 @@ type Instance interface {
 	Kill()
 	Wait() error
 	MemoryUsage() int64
+	CPUUsage() time.Duration
 }
 
 // Template is a named kind of sandbox.
@@ -105,6 +107,10 @@ type Sandbox struct {
 	mu    sync.Mutex
 	endAt time.Time
 	timer *time.Timer
+	// The CPU time used by the last Usage call (or the claim) and when:
+	// the next call's CPU share is over the time between.
+	cpuMark   time.Duration
+	cpuMarkAt time.Time
 }
 
 // EndAt is when the sandbox's time to live runs out.
@@ -130,6 +136,49 @@ func (s *Sandbox) CheckTrafficToken(token string) bool {
 
 // MemoryUsage is the sandbox's current memory use in bytes.
 func (s *Sandbox) MemoryUsage() int64 { return s.inst.MemoryUsage() }
+
+// Usage is what a sandbox uses, for the metrics API.
+type Usage struct {
+	// CPUPercent is the share of its CPU limit it used since the previous
+	// Usage call, or since it was handed out: 0 to 100.
+	CPUPercent float64
+	Memory     int64 // bytes in use
+	Disk       int64 // bytes its writable file systems hold
+}
+
+// Usage measures s now. Its disk use comes from the agent, which is as
+// untrusted as the code: it is bounded, and only ever shown to the
+// sandbox's own client.
+func (s *Sandbox) Usage(ctx context.Context) Usage {
+	u := Usage{Memory: s.inst.MemoryUsage(), Disk: s.diskUsage(ctx)}
+	cpu, now := s.inst.CPUUsage(), time.Now()
+	s.mu.Lock()
+	if dt := now.Sub(s.cpuMarkAt); dt > 0 && s.CPUs > 0 {
+		u.CPUPercent = min(max(100*float64(cpu-s.cpuMark)/float64(dt)/s.CPUs, 0), 100)
+	}
+	s.cpuMark, s.cpuMarkAt = cpu, now
+	s.mu.Unlock()
+	return u
+}
+
+func (s *Sandbox) diskUsage(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agent.SetupPath+"disk", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := s.transport.RoundTrip(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var d agent.Disk
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&d) != nil {
+		return 0
+	}
+	return min(max(d.Used, 0), s.DiskMB<<21) // at most the two tmpfs' limits
+}
 
 // Done is closed when the sandbox has ended, whatever the reason.
 func (s *Sandbox) Done() <-chan struct{} { return s.inst.Done() }
@@ -320,6 +369,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		DiskMB:       pol.DiskBytes >> 20,
 		inst:         inst,
 		transport:    agentTransport(inst),
+		cpuMark:      inst.CPUUsage(),
+		cpuMarkAt:    time.Now(),
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

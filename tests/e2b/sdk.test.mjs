@@ -190,6 +190,21 @@ test('watchDir reports changes, recursively', async () => {
   }
 })
 
+test('getMetrics: CPU, memory and disk in use', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    await sbx.getMetrics() // the CPU share is over the time since the last call
+    await sbx.commands.run('head -c 20000000 /dev/zero > /home/user/blob && python3 -c "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"')
+    const [m] = await sbx.getMetrics()
+    assert.ok(m.cpuUsedPct > 30 && m.cpuUsedPct <= 100, `cpuUsedPct ${m.cpuUsedPct} after a 1.5 s busy loop`)
+    assert.ok(m.memUsed > 0 && m.memUsed < m.memTotal, `memUsed ${m.memUsed} of ${m.memTotal}`)
+    assert.ok(m.diskUsed >= 20_000_000 && m.diskUsed < m.diskTotal, `diskUsed ${m.diskUsed} of ${m.diskTotal}`)
+    assert.equal(m.cpuCount, 1)
+  } finally {
+    await sbx.kill()
+  }
+})
+
 test('setTimeout, TTL expiry and kill', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 60_000 })
   await sbx.setTimeout(2_000)

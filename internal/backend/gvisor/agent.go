@@ -146,9 +146,13 @@ func (s *AgentSandbox) Wait() error {
 
 // MemoryUsage is the sandbox's memory use, gVisor's own included.
 func (s *AgentSandbox) MemoryUsage() int64 {
-	st, err := s.b.cg.Stats()
-	if err != nil {
-		return 0
-	}
+	st, _ := s.b.cg.Stats()
 	return st.Memory
+}
+
+// CPUUsage is the CPU time the sandbox has used so far, gVisor's own
+// included.
+func (s *AgentSandbox) CPUUsage() time.Duration {
+	st, _ := s.b.cg.Stats()
+	return st.CPU
 }

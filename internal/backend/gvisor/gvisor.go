@@ -151,10 +151,10 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespa
 	if res.TimedOut {
 		res.ExitCode, res.Signal = -1, "SIGKILL"
 	}
-	// runsc's rusage includes the sandbox and gofer it reaped: the host
-	// CPU the sandbox cost, gVisor's own included.
-	res.CPU = ps.UserTime() + ps.SystemTime()
+	// The cgroup's CPU time is the sandbox's, gVisor's own included, even
+	// when runsc was killed before it could reap the sandbox.
 	if st, err := b.cg.Stats(); err == nil {
+		res.CPU = st.CPU
 		res.MaxMemoryBytes = st.MaxMemory
 		res.OOMKilled = !res.TimedOut && res.Signal == "SIGKILL" && st.OOMKills > 0
 	}

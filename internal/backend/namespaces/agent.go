@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -87,9 +88,12 @@ func (s *AgentSandbox) Wait() (*Result, error) {
 
 // MemoryUsage is the sandbox's current memory use in bytes (0 if unknown).
 func (s *AgentSandbox) MemoryUsage() int64 {
-	st, err := s.cg.stats()
-	if err != nil {
-		return 0
-	}
+	st, _ := s.cg.stats()
 	return st.Memory
+}
+
+// CPUUsage is the CPU time the sandbox has used so far (0 if unknown).
+func (s *AgentSandbox) CPUUsage() time.Duration {
+	st, _ := s.cg.stats()
+	return st.CPU
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,16 +32,33 @@ const cgroupRoot = "/sys/fs/cgroup"
 const cgroupPrefix = "airlock-"
 
 // cgroupV1Controllers are the v1 hierarchies a sandbox needs: its three
-// limits. Killing needs no freezer (the pid namespace dies with its init,
-// and no process of a dead pid namespace can fork) and CPU time comes from
-// the init's rusage, which includes every reaped descendant.
-var cgroupV1Controllers = []string{"memory", "pids", "cpu"}
+// limits, and cpuacct for the CPU time it has used so far (at its end,
+// init's rusage says the same: it includes every reaped descendant).
+// Killing needs no freezer: the pid namespace dies with its init, and no
+// process of a dead pid namespace can fork. A hierarchy mounted under two
+// names (cpu,cpuacct on many hosts) is listed once.
+var cgroupV1Controllers = sync.OnceValue(func() []string {
+	var list []string
+	seen := map[string]bool{}
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupRoot, c))
+		if err != nil {
+			dir = c
+		}
+		if !seen[dir] {
+			seen[dir] = true
+			list = append(list, c)
+		}
+	}
+	return list
+})
 
 // cgroupStats is what a finished sandbox consumed.
 type cgroupStats struct {
 	Memory    int64 // now
 	MaxMemory int64 // highest so far
 	OOMKills  uint64
+	CPU       time.Duration // used so far
 }
 
 // cgroup is one sandbox's control group, on whichever cgroup version the
@@ -95,7 +113,7 @@ func newCgroup(id string, p *policy.Policy) (cgroup, error) {
 		"pids":   {{"pids.max", pids}},
 		"cpu":    {{"cpu.cfs_period_us", strconv.Itoa(period)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}},
 	}
-	for _, c := range cgroupV1Controllers {
+	for _, c := range cgroupV1Controllers() {
 		dir := g.dir(c)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			_ = g.destroy()
@@ -228,7 +246,7 @@ func (g cgroupV1) dir(controller string) string {
 func (g cgroupV1) enter(*syscall.SysProcAttr) ([]*os.File, func(), error) {
 	var files []*os.File
 	release := func() { closeAll(files) }
-	for _, c := range cgroupV1Controllers {
+	for _, c := range cgroupV1Controllers() {
 		f, err := os.OpenFile(filepath.Join(g.dir(c), "tasks"), os.O_WRONLY, 0)
 		if err != nil {
 			release()
@@ -257,12 +275,16 @@ func (g cgroupV1) stats() (cgroupStats, error) {
 	if err != nil {
 		return cgroupStats{}, err
 	}
-	return cgroupStats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}, nil
+	cpu, err := readCgroupUint(g.dir("cpuacct"), "cpuacct.usage") // ns
+	if err != nil {
+		return cgroupStats{}, err
+	}
+	return cgroupStats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom, CPU: time.Duration(cpu)}, nil
 }
 
 func (g cgroupV1) destroy() error {
 	var errs []error
-	for _, c := range cgroupV1Controllers {
+	for _, c := range cgroupV1Controllers() {
 		errs = append(errs, rmdirCgroup(g.dir(c)))
 	}
 	return errors.Join(errs...)
@@ -314,7 +336,11 @@ func (g cgroupV2) stats() (cgroupStats, error) {
 	if err != nil {
 		return cgroupStats{}, err
 	}
-	return cgroupStats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom}, nil
+	cpu, err := readCgroupKey(g.dir, "cpu.stat", "usage_usec")
+	if err != nil {
+		return cgroupStats{}, err
+	}
+	return cgroupStats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom, CPU: time.Duration(cpu) * time.Microsecond}, nil
 }
 
 func (g cgroupV2) destroy() error { return rmdirCgroup(g.dir) }
