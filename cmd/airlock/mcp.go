@@ -20,7 +20,7 @@ import (
 
 // mcpCmd serves MCP over stdin and stdout for one agent, the way MCP
 // clients start local servers. Sandboxes run in this process, on the
-// namespaces backend; they end with it.
+// namespaces backend or gVisor; they end with it.
 func mcpCmd(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -31,6 +31,8 @@ func mcpCmd(args []string) error {
 	stateDir := fs.String("state-dir", cfg.StateDir, "state directory")
 	poolSize := fs.Int("pool-size", 1, "ready sandboxes kept per template")
 	timeout := fs.Duration("timeout", time.Hour, "time to live of a session's sandbox")
+	backendName := fs.String("backend", "namespaces", "isolation: namespaces or gvisor")
+	runscPath := fs.String("runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -49,16 +51,20 @@ func mcpCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	if err := checkStateDir(cfg.StateDir); err != nil {
-		return err
-	}
 	// stdout carries the protocol: the log goes to stderr, which MCP
 	// clients show as the server's log.
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := openStateDir(cfg.StateDir, "", log); err != nil {
+	backend, err := newBackend(*backendName, *runscPath, log)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if err := checkStateDir(cfg.StateDir); err != nil {
 		return err
 	}
-	m := sandbox.NewManager(mcfg, nsBackend{log: log}, log)
+	if err := openStateDir(cfg.StateDir, runscOf(backend), log); err != nil {
+		return err
+	}
+	m := sandbox.NewManager(mcfg, backend, log)
 	defer m.Shutdown()
 	err = mcp.New(m, *timeout, log).Run(ctx, &sdk.StdioTransport{})
 	if ctx.Err() != nil || errors.Is(err, io.EOF) {

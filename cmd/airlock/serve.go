@@ -162,18 +162,9 @@ func serveCmd(args []string) error {
 		if b, ok := backends[name]; ok {
 			return b, nil
 		}
-		var b sandbox.Backend
-		switch name {
-		case "namespaces":
-			b = nsBackend{log: log}
-		case "gvisor":
-			runsc, err := gvisor.FindRunsc(cfg.Runsc)
-			if err != nil {
-				return nil, err
-			}
-			b = gvBackend{runsc: runsc, log: log}
-		default:
-			return nil, fmt.Errorf("unknown backend %q (namespaces or gvisor)", name)
+		b, err := newBackend(name, cfg.Runsc, log)
+		if err != nil {
+			return nil, err
 		}
 		backends[name] = b
 		return b, nil
@@ -210,11 +201,7 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("listen on %s: %v", cfg.Listen, errors.Unwrap(err))}
 	}
-	runsc := ""
-	if gb, ok := backends["gvisor"].(gvBackend); ok {
-		runsc = gb.runsc
-	}
-	if err := openStateDir(cfg.StateDir, runsc, log); err != nil {
+	if err := openStateDir(cfg.StateDir, runscOf(backends["gvisor"]), log); err != nil {
 		return err
 	}
 	namespaces.SweepOrphanCgroups()
@@ -361,6 +348,30 @@ func openStateDir(dir, runsc string, log *slog.Logger) error {
 		}
 	}
 	return nil
+}
+
+// newBackend returns the backend called name ("" is namespaces); gvisor
+// needs runsc, found from runscPath, $AIRLOCK_RUNSC or PATH.
+func newBackend(name, runscPath string, log *slog.Logger) (sandbox.Backend, error) {
+	switch name {
+	case "", "namespaces":
+		return nsBackend{log: log}, nil
+	case "gvisor":
+		runsc, err := gvisor.FindRunsc(runscPath)
+		if err != nil {
+			return nil, err
+		}
+		return gvBackend{runsc: runsc, log: log}, nil
+	}
+	return nil, fmt.Errorf("unknown backend %q (namespaces or gvisor)", name)
+}
+
+// runscOf is b's runsc if b is the gvisor backend, else "".
+func runscOf(b sandbox.Backend) string {
+	if gb, ok := b.(gvBackend); ok {
+		return gb.runsc
+	}
+	return ""
 }
 
 // nsBackend starts sandboxes on the namespaces backend.

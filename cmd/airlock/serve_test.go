@@ -423,6 +423,8 @@ func TestMCPBadInput(t *testing.T) {
 		{[]string{"--pool-size", "5000"}, "pool size 5000 is out of range"},
 		{[]string{"--state-dir", "relative"}, `state directory "relative" is not an absolute path`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--backend", "vm"}, `unknown backend "vm"`},
+		{[]string{"--backend", "gvisor", "--runsc", "/bin/ls"}, "dynamically linked"},
 	} {
 		args := append([]string{"mcp", "--state-dir", dir}, tc.args...)
 		r := airlockWithin(t, 10*time.Second, args...)

@@ -200,10 +200,14 @@ test('MCP over HTTP needs the API key, as a bearer token', async () => {
   }
 })
 
-test('airlock mcp over stdio', { skip: process.env.AIRLOCK_TEST_BACKEND === 'gvisor' && 'stdio uses the namespaces backend' }, async () => {
+test('airlock mcp over stdio', async () => {
+  const gvisor = process.env.AIRLOCK_TEST_BACKEND === 'gvisor'
   const stateDir = mkdtempSync(join(tmpdir(), 'airlock-mcp-test-'))
   const bin = process.env.AIRLOCK_BIN ?? resolve(import.meta.dirname, '../../bin/airlock')
-  const transport = new StdioClientTransport({ command: bin, args: ['mcp', '--state-dir', stateDir, '--pool-size', '0'], stderr: 'pipe' })
+  // MCP clients give a server a minimal environment: runsc by flag.
+  const runsc = process.env.AIRLOCK_RUNSC ? ['--runsc', process.env.AIRLOCK_RUNSC] : []
+  const args = ['mcp', '--state-dir', stateDir, '--pool-size', '0', ...(gvisor ? ['--backend', 'gvisor', ...runsc] : [])]
+  const transport = new StdioClientTransport({ command: bin, args, stderr: 'pipe' })
   let log = ''
   transport.stderr?.on('data', (d) => { log += d })
   const client = new Client({ name: 'airlock-test', version: '1.0.0' })
@@ -211,14 +215,16 @@ test('airlock mcp over stdio', { skip: process.env.AIRLOCK_TEST_BACKEND === 'gvi
     await client.connect(transport)
     const res = await client.callTool({ name: 'run_code', arguments: { code: 'import os; os.getuid(), 6 * 7' } })
     assert.equal(text(res), '(1000, 42)', log)
+    const kernel = await client.callTool({ name: 'run_command', arguments: { command: 'uname -r' } })
+    assert.equal(/gvisor/.test(text(kernel)), gvisor, text(kernel))
   } finally {
     await client.close()
   }
   // Closing stdin ends the server and its sandbox.
-  const runs = join(stateDir, 'run', 'runs')
+  const held = join(stateDir, gvisor ? 'gvisor/bundles' : 'run/runs')
   try {
-    for (let i = 0; i < 50 && existsSync(runs) && readdirSync(runs).length > 0; i++) await sleep(100)
-    assert.deepEqual(existsSync(runs) ? readdirSync(runs) : [], [], log)
+    for (let i = 0; i < 50 && existsSync(held) && readdirSync(held).length > 0; i++) await sleep(100)
+    assert.deepEqual(existsSync(held) ? readdirSync(held) : [], [], log)
   } finally {
     rmSync(stateDir, { recursive: true, force: true })
   }
