@@ -212,17 +212,17 @@ test('airlock mcp over stdio', async () => {
   transport.stderr?.on('data', (d) => { log += d })
   const client = new Client({ name: 'airlock-test', version: '1.0.0' })
   try {
-    await client.connect(transport)
-    const res = await client.callTool({ name: 'run_code', arguments: { code: 'import os; os.getuid(), 6 * 7' } })
-    assert.equal(text(res), '(1000, 42)', log)
-    const kernel = await client.callTool({ name: 'run_command', arguments: { command: 'uname -r' } })
-    assert.equal(/gvisor/.test(text(kernel)), gvisor, text(kernel))
-  } finally {
-    await client.close()
-  }
-  // Closing stdin ends the server and its sandbox.
-  const held = join(stateDir, gvisor ? 'gvisor/bundles' : 'run/runs')
-  try {
+    try {
+      await client.connect(transport)
+      const res = await client.callTool({ name: 'run_code', arguments: { code: 'import os; os.getuid(), 6 * 7' } })
+      assert.equal(text(res), '(1000, 42)', log)
+      const kernel = await client.callTool({ name: 'run_command', arguments: { command: 'uname -r' } })
+      assert.equal(/gvisor/.test(text(kernel)), gvisor, text(kernel))
+    } finally {
+      await client.close()
+    }
+    // Closing stdin ends the server and its sandbox.
+    const held = join(stateDir, gvisor ? 'gvisor/bundles' : 'run/runs')
     for (let i = 0; i < 50 && existsSync(held) && readdirSync(held).length > 0; i++) await sleep(100)
     assert.deepEqual(existsSync(held) ? readdirSync(held) : [], [], log)
   } finally {

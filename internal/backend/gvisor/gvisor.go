@@ -91,7 +91,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespa
 	// One `runsc run`, attached: runsc is the sandbox's parent, so it learns
 	// the exit status even when the sandbox is gone before anyone could ask
 	// (create + start + wait lost it for a command as quick as `exit 3`),
-	// and it is one runsc start instead of three. runsc deletes the
+	// and it is one runsc start instead of four. runsc deletes the
 	// container when it ends, but not the cgroup Airlock made, which keeps
 	// the memory and OOM counters until they are read.
 	run := runscFlags(runsc, b.id, []string{"--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
