@@ -32,8 +32,9 @@ async function baseline(server, n = 200) {
 // measured: twenty code interpreters starting their kernels alongside
 // would load the two cores for minutes.
 const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-bench-')), 'airlock.json')
-writeFileSync(cfg, JSON.stringify({ poolMemoryBudget: '8G', templates: { 'code-interpreter-v1': { poolSize: 0 } } }))
-const warm = await startServer(['--pool-size', '20', '--config', cfg])
+// (--pool-size would set every template's pool: the sizes go in the config.)
+writeFileSync(cfg, JSON.stringify({ poolMemoryBudget: '8G', templates: { base: { poolSize: 20 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+const warm = await startServer(['--config', cfg])
 const floor = await baseline(warm)
 await poolReady(warm, 20)
 
@@ -56,7 +57,10 @@ for (let round = 0; round < 3; round++) {
   await Promise.all(sbxs.map((s) => s.kill()))
 }
 
+// Round trips in a quiet daemon: the pool refilled, the claim's refill done.
+await poolReady(warm, 20)
 const sbx = await Sandbox.create()
+await poolReady(warm, 20)
 for (let i = 0; i < 5; i++) await sbx.commands.run('true')
 const runs = []
 for (let i = 0; i < 100; i++) runs.push(await time(() => sbx.commands.run('true')))
