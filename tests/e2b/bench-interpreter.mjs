@@ -28,6 +28,10 @@ for (let i = 0; i < 200; i++) floor.push(await time(() => fetch(server.env.E2B_A
 
 const sbx = await Sandbox.create()
 for (let i = 0; i < 10; i++) await sbx.runCode('1+1')
+// Let the pool's replacement start its kernel (over a second of CPU)
+// before measuring.
+await poolReady(server, 2)
+await sleep(3000)
 const cells = []
 for (let i = 0; i < 200; i++) cells.push(await time(() => sbx.runCode('1+1')))
 await sbx.kill()
