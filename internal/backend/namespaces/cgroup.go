@@ -86,24 +86,12 @@ func unifiedHierarchy() bool {
 // newCgroup creates the cgroup of sandbox id with p's limits. It fails
 // when any limit cannot be applied: a sandbox never runs unlimited.
 func newCgroup(id string, p *policy.Policy) (cgroup, error) {
-	const period = 100_000
-	quota := max(int64(p.CPUs*period), 1000) // the kernel's minimum is 1 ms
+	quota, period := cpuQuota(p)
 	mem := strconv.FormatInt(p.MemoryBytes, 10)
 	pids := strconv.FormatInt(p.Pids, 10)
 	name := cgroupPrefix + id
 	if unifiedHierarchy() {
-		g := cgroupV2{dir: filepath.Join(cgroupRoot, name)}
-		err := g.create([][2]string{
-			{"memory.max", mem},
-			{"memory.swap.max", "0"},
-			{"pids.max", pids},
-			{"cpu.max", fmt.Sprintf("%d %d", quota, period)},
-		})
-		if err != nil {
-			_ = g.destroy()
-			return nil, err
-		}
-		return g, nil
+		return newCgroupV2(filepath.Join(cgroupRoot, name), p)
 	}
 	g := cgroupV1{name: name}
 	limits := map[string][][2]string{
@@ -111,7 +99,7 @@ func newCgroup(id string, p *policy.Policy) (cgroup, error) {
 		// It must be written after the memory limit, never below it.
 		"memory": {{"memory.limit_in_bytes", mem}, {"memory.memsw.limit_in_bytes", mem}},
 		"pids":   {{"pids.max", pids}},
-		"cpu":    {{"cpu.cfs_period_us", strconv.Itoa(period)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}},
+		"cpu":    {{"cpu.cfs_period_us", strconv.FormatInt(period, 10)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}},
 	}
 	for _, c := range cgroupV1Controllers() {
 		dir := g.dir(c)
@@ -125,6 +113,29 @@ func newCgroup(id string, p *policy.Policy) (cgroup, error) {
 				return nil, err
 			}
 		}
+	}
+	return g, nil
+}
+
+// cpuQuota is p's CPU limit as a CFS quota per period, in µs.
+func cpuQuota(p *policy.Policy) (quota, period int64) {
+	period = 100_000
+	return max(int64(p.CPUs*float64(period)), 1000), period // the kernel's minimum is 1 ms
+}
+
+// newCgroupV2 creates the cgroup v2 directory dir with p's limits.
+func newCgroupV2(dir string, p *policy.Policy) (cgroup, error) {
+	quota, period := cpuQuota(p)
+	g := cgroupV2{dir: dir}
+	err := g.create([][2]string{
+		{"memory.max", strconv.FormatInt(p.MemoryBytes, 10)},
+		{"memory.swap.max", "0"},
+		{"pids.max", strconv.FormatInt(p.Pids, 10)},
+		{"cpu.max", fmt.Sprintf("%d %d", quota, period)},
+	})
+	if err != nil {
+		_ = g.destroy()
+		return nil, err
 	}
 	return g, nil
 }
