@@ -87,9 +87,7 @@ func (s *Server) routes() {
 	api("POST /v2/sandboxes/{id}/connect", s.connect)
 	api("POST /sandboxes/{id}/resume", s.connect)
 	api("GET /sandboxes/{id}/metrics", s.metrics)
-	api("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, "pause is not supported by this server")
-	})
+	api("POST /sandboxes/{id}/pause", s.pause)
 }
 
 // ServeHTTP routes sandbox traffic (it carries E2b-Sandbox-Id) to the
@@ -147,6 +145,8 @@ func (s *Server) managerError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, sandbox.ErrTooMany):
 		writeError(w, http.StatusTooManyRequests, "%v", err)
+	case errors.Is(err, sandbox.ErrConflict):
+		writeError(w, http.StatusConflict, "%v", err)
 	default:
 		s.log.Error("request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "internal error: the sandbox operation failed (the server log has the details)")
@@ -159,7 +159,14 @@ type createBody struct {
 	EnvVars             map[string]string `json:"envVars"`
 	Timeout             *int64            `json:"timeout"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	AutoPause           *bool             `json:"autoPause"`
+	AutoPause           bool              `json:"autoPause"`
+	// AutoPauseMemory false asks for a pause that keeps only the files;
+	// pauses here keep everything, in memory.
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	// AutoResume: traffic to the paused sandbox resumes it.
+	AutoResume *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
 	// Backend is Airlock's own: the isolation of this sandbox, where the
 	// server allows a request to choose it.
 	Backend string `json:"backend"`
@@ -208,8 +215,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "internet access is not available: sandboxes on this server have no network")
 		return
 	}
-	if b.AutoPause != nil && *b.AutoPause {
-		writeError(w, http.StatusBadRequest, "pause is not supported by this server")
+	if b.AutoPauseMemory != nil && !*b.AutoPauseMemory {
+		writeError(w, http.StatusBadRequest, "autoPauseMemory false is not supported: a pause here keeps the sandbox's memory")
 		return
 	}
 	var ttl time.Duration
@@ -228,7 +235,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.m.Create(r.Context(), sandbox.CreateRequest{
 		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
-		Backend: b.Backend,
+		Backend: b.Backend, AutoPause: b.AutoPause, AutoResume: b.AutoResume != nil && b.AutoResume.Enabled,
 	})
 	if err != nil {
 		s.managerError(w, err)
@@ -259,8 +266,15 @@ func item(sb *sandbox.Sandbox) listItem {
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: sb.CPUs,
 		MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: sb.Metadata,
-		State: "running", EnvdVersion: agent.EnvdVersion,
+		State: state(sb), EnvdVersion: agent.EnvdVersion,
 	}
+}
+
+func state(sb *sandbox.Sandbox) string {
+	if sb.Paused() {
+		return "paused"
+	}
+	return "running"
 }
 
 // parseMetadataFilter reads ?metadata=, an URL-encoded "k=v&k2=v2" whose
@@ -295,12 +309,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid metadata filter: %v", err)
 		return
 	}
-	// Every sandbox here is running; a filter for paused ones only matches none.
-	if st := q.Get("state"); st != "" && !strings.Contains(st, "running") {
-		writeJSON(w, http.StatusOK, []listItem{})
-		return
-	}
 	all := s.m.List(filter)
+	// ?state=running,paused (repeated or comma-separated): those states only.
+	if states := q["state"]; len(states) > 0 {
+		want := map[string]bool{}
+		for _, v := range states {
+			for _, st := range strings.Split(v, ",") {
+				want[strings.TrimSpace(st)] = true
+			}
+		}
+		kept := all[:0]
+		for _, sb := range all {
+			if want[state(sb)] {
+				kept = append(kept, sb)
+			}
+		}
+		all = kept
+	}
 	if tmpl := q.Get("template"); tmpl != "" {
 		kept := all[:0]
 		for _, sb := range all {
@@ -395,8 +420,18 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		s.managerError(w, err)
 		return
 	}
+	var d time.Duration
 	if b.Timeout != nil && *b.Timeout > 0 {
-		d := time.Duration(*b.Timeout) * time.Second
+		d = time.Duration(*b.Timeout) * time.Second
+	}
+	// Connecting to a paused sandbox resumes it, with the timeout asked
+	// for (or the default).
+	if sb.Paused() {
+		if err := s.m.Resume(id, d); err != nil {
+			s.managerError(w, err)
+			return
+		}
+	} else if d > 0 {
 		if time.Until(sb.EndAt()) < d {
 			if err := s.m.SetTTL(id, d); err != nil {
 				s.managerError(w, err)
@@ -405,6 +440,26 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, sandboxObject(sb))
+}
+
+// pause stops every process of a sandbox; connect resumes it. Only a
+// pause that keeps memory exists here: {"memory": false} is refused.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Memory *bool `json:"memory"`
+	}
+	if !decode(w, r, &b) {
+		return
+	}
+	if b.Memory != nil && !*b.Memory {
+		writeError(w, http.StatusBadRequest, "a pause that drops memory is not supported: a pause here keeps the sandbox's memory")
+		return
+	}
+	if err := s.m.Pause(r.PathValue("id")); err != nil {
+		s.managerError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
@@ -449,6 +504,18 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	if !authorized {
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
+	}
+	// A paused agent would never answer: resume it if it asked for that,
+	// else say so at once.
+	if sb.Paused() {
+		if !sb.AutoResume {
+			writeError(w, http.StatusBadGateway, "the sandbox is paused: connect to it to resume it")
+			return
+		}
+		if err := s.m.Resume(sb.ID, 0); err != nil {
+			s.managerError(w, err)
+			return
+		}
 	}
 	// The agent's private endpoints are the daemon's alone.
 	if strings.HasPrefix(r.URL.Path, agent.SetupPath) {

@@ -119,7 +119,14 @@ func (s *Server) sandboxFor(ctx context.Context, req *sdk.CallToolRequest) (*san
 		return nil, agentError{"the session has ended"}
 	}
 	if sb, err := s.m.Get(ss.sandboxID); err == nil {
-		s.m.SetTTL(sb.ID, cmp.Or(ss.ttl, s.ttl))
+		// Paused through the E2B API by the key's holder: a call resumes it.
+		if sb.Paused() {
+			if err := s.m.Resume(sb.ID, cmp.Or(ss.ttl, s.ttl)); err != nil {
+				return nil, err
+			}
+		} else {
+			s.m.SetTTL(sb.ID, cmp.Or(ss.ttl, s.ttl))
+		}
 		return sb, nil
 	}
 	sb, err := s.create(ctx, cmp.Or(ss.template, codeTemplate), cmp.Or(ss.ttl, s.ttl), ss.limits)

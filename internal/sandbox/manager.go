@@ -42,6 +42,10 @@ type Instance interface {
 	Wait() error
 	MemoryUsage() int64
 	CPUUsage() time.Duration
+	// Pause stops every process of the box where it is; Resume restarts
+	// them. Kill works on a paused box.
+	Pause() error
+	Resume() error
 }
 
 // Template is a named kind of sandbox.
@@ -84,6 +88,8 @@ var (
 	ErrUnknownTemplate = errors.New("unknown template")
 	ErrTooMany         = errors.New("too many sandboxes")
 	ErrInvalid         = errors.New("invalid request")
+	// ErrConflict: the request does not fit the sandbox's state.
+	ErrConflict = errors.New("conflict")
 )
 
 // Sandbox is a claimed sandbox, as the API describes it.
@@ -100,6 +106,8 @@ type Sandbox struct {
 	CPUs         float64
 	MemoryMB     int64
 	DiskMB       int64
+	// AutoResume: traffic to the sandbox while paused resumes it.
+	AutoResume bool
 
 	inst      Instance
 	transport *http.Transport
@@ -111,6 +119,16 @@ type Sandbox struct {
 	// the next call's CPU share is over the time between.
 	cpuMark   time.Duration
 	cpuMarkAt time.Time
+	// paused: every process stopped, no time to live running. autoPause:
+	// the end of its time to live pauses it instead of killing it.
+	paused, autoPause bool
+}
+
+// Paused reports whether s is paused.
+func (s *Sandbox) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
 }
 
 // EndAt is when the sandbox's time to live runs out.
@@ -150,7 +168,10 @@ type Usage struct {
 // untrusted as the code: it is bounded, and only ever shown to the
 // sandbox's own client.
 func (s *Sandbox) Usage(ctx context.Context) Usage {
-	u := Usage{Memory: s.inst.MemoryUsage(), Disk: s.diskUsage(ctx)}
+	u := Usage{Memory: s.inst.MemoryUsage()}
+	if !s.Paused() { // a paused agent answers nothing
+		u.Disk = s.diskUsage(ctx)
+	}
 	cpu, now := s.inst.CPUUsage(), time.Now()
 	s.mu.Lock()
 	if dt := now.Sub(s.cpuMarkAt); dt > 0 && s.CPUs > 0 {
@@ -233,6 +254,9 @@ type CreateRequest struct {
 	Backend string
 	// Limits lower the template's for this sandbox.
 	Limits Limits
+	// AutoPause: at the end of its time to live the sandbox is paused,
+	// not killed. AutoResume: traffic to it resumes it.
+	AutoPause, AutoResume bool
 }
 
 // Limits are the resource limits a create request may ask for. A zero
@@ -371,6 +395,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		transport:    agentTransport(inst),
 		cpuMark:      inst.CPUUsage(),
 		cpuMarkAt:    time.Now(),
+		autoPause:    req.AutoPause,
+		AutoResume:   req.AutoResume,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -490,8 +516,63 @@ func (m *Manager) SetTTL(id string, d time.Duration) error {
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if sb.paused {
+		return fmt.Errorf("%w: sandbox %s is paused: connect to resume it", ErrConflict, id)
+	}
 	sb.endAt = time.Now().Add(d)
 	sb.timer.Reset(d)
+	return nil
+}
+
+// Pause stops every process of sandbox id where it is. A paused sandbox
+// keeps its memory and files but uses no CPU, and its time to live is
+// stopped: it lasts until resumed or killed.
+func (m *Manager) Pause(id string) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	return m.pause(sb)
+}
+
+func (m *Manager) pause(sb *Sandbox) error {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.paused {
+		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, sb.ID)
+	}
+	if err := sb.inst.Pause(); err != nil {
+		_ = sb.inst.Resume() // never half paused
+		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
+	}
+	sb.timer.Stop()
+	sb.paused = true
+	m.log.Info("sandbox paused", "sandbox", sb.ID)
+	return nil
+}
+
+// Resume restarts sandbox id if it is paused, with a time to live of d
+// (0: the default). A running sandbox is left as it is.
+func (m *Manager) Resume(id string, d time.Duration) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if d, err = m.ttl(d); err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if !sb.paused {
+		return nil
+	}
+	if err := sb.inst.Resume(); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	sb.paused = false
+	sb.endAt = time.Now().Add(d)
+	sb.timer.Reset(d)
+	m.log.Info("sandbox resumed", "sandbox", id)
 	return nil
 }
 
@@ -505,7 +586,19 @@ func (m *Manager) Kill(id string) error {
 	return nil
 }
 
-func (m *Manager) expire(sb *Sandbox) { m.remove(sb, "expired") }
+// expire ends sb's time to live: it is killed, or paused if it asked to
+// be (and killed if it cannot be).
+func (m *Manager) expire(sb *Sandbox) {
+	sb.mu.Lock()
+	auto := sb.autoPause
+	sb.mu.Unlock()
+	if auto {
+		if err := m.pause(sb); err == nil || errors.Is(err, ErrConflict) {
+			return
+		}
+	}
+	m.remove(sb, "expired")
+}
 
 // remove unregisters sb and destroys it; the first caller wins.
 func (m *Manager) remove(sb *Sandbox, why string) {

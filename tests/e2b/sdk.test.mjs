@@ -205,6 +205,45 @@ test('getMetrics: CPU, memory and disk in use', async () => {
   }
 })
 
+test('pause and connect: every process stops, memory and files stay', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    await sbx.files.write('/home/user/note', 'kept')
+    // A clock inside: a line every 20 ms, and a shell variable in memory.
+    await sbx.commands.run('n=0; while true; do n=$((n+1)); echo "$(date +%s%3N) $n" >> /tmp/ticks; sleep 0.02; done', { background: true })
+    await sleep(300)
+    assert.equal(await sbx.pause(), true)
+    assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'pausing it again: 409, false')
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+    assert.deepEqual(paused.map((s) => s.sandboxId), [sbx.sandboxId])
+    await sleep(1500)
+    const again = await Sandbox.connect(sbx.sandboxId) // resumes
+    assert.equal((await again.getInfo()).state, 'running')
+    await sleep(300)
+    const ticks = (await again.files.read('/tmp/ticks')).trim().split('\n').map((l) => l.split(' ').map(Number))
+    const gaps = ticks.slice(1).map(([t], i) => t - ticks[i][0])
+    assert.ok(Math.max(...gaps) >= 1400, `the clock ran while paused: largest gap ${Math.max(...gaps)} ms`)
+    assert.ok(ticks.every(([, n], i) => n === i + 1), 'the loop kept its count across the pause')
+    assert.equal(await again.files.read('/home/user/note'), 'kept')
+  } finally {
+    await sbx.kill()
+  }
+  // A paused sandbox can be killed; one created to pause at its timeout
+  // does, and traffic resumes one that asked for it.
+  const p = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    for (let i = 0; i < 100 && (await p.getInfo()).state !== 'paused'; i++) await sleep(100)
+    assert.equal((await p.getInfo()).state, 'paused', 'paused at its timeout, not killed')
+    assert.equal((await p.commands.run('echo back')).stdout, 'back\n', 'traffic resumed it')
+    assert.equal((await p.getInfo()).state, 'running')
+    await p.pause()
+  } finally {
+    await p.kill()
+  }
+  assert.equal((await Sandbox.list({ query: { state: ['paused', 'running'] } }).nextItems()).some((s) => s.sandboxId === p.sandboxId), false)
+})
+
 test('setTimeout, TTL expiry and kill', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 60_000 })
   await sbx.setTimeout(2_000)

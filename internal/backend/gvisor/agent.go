@@ -135,8 +135,19 @@ func (s *AgentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 func (s *AgentSandbox) Done() <-chan struct{} { return s.done }
 
 // Kill ends the sandbox: runsc is its parent, and an attached sandbox dies
-// with it (Pdeathsig); Wait then kills whatever is left in its cgroup.
-func (s *AgentSandbox) Kill() { s.run.Process.Kill() }
+// with it (Pdeathsig); Wait then kills whatever is left in its cgroup. A
+// paused sandbox is thawed, or the signal would wait for it.
+func (s *AgentSandbox) Kill() {
+	s.run.Process.Kill()
+	s.b.cg.Freeze(false)
+}
+
+// Pause stops the whole sandbox, gVisor's kernel included, where it is
+// (its cgroup's freezer), until Resume.
+func (s *AgentSandbox) Pause() error { return s.b.cg.Freeze(true) }
+
+// Resume restarts a paused sandbox.
+func (s *AgentSandbox) Resume() error { return s.b.cg.Freeze(false) }
 
 // Wait waits for the sandbox to end and removes all of it.
 func (s *AgentSandbox) Wait() error {

@@ -65,6 +65,7 @@ func StartAgent(p policy.Policy, log io.Writer) (*AgentSandbox, error) {
 		ExtraFiles: []*os.File{lf},
 		SelfMount:  agentPath,
 		id:         id,
+		live:       true,
 	})
 	if err != nil {
 		os.Remove(sock)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,16 +32,30 @@ const cgroupRoot = "/sys/fs/cgroup"
 // find the ones a crashed run left behind.
 const cgroupPrefix = "airlock-"
 
-// cgroupV1Controllers are the v1 hierarchies a sandbox needs: its three
-// limits, and cpuacct for the CPU time it has used so far (at its end,
-// init's rusage says the same: it includes every reaped descendant).
-// Killing needs no freezer: the pid namespace dies with its init, and no
-// process of a dead pid namespace can fork. A hierarchy mounted under two
-// names (cpu,cpuacct on many hosts) is listed once.
-var cgroupV1Controllers = sync.OnceValue(func() []string {
+// v1Controllers lists the v1 hierarchies a sandbox joins: its three
+// limits; a live sandbox (one that serves, rather than runs one command)
+// also cpuacct, for the CPU time it has used so far, and freezer, to be
+// paused. A one-shot run needs neither: init's rusage says what it used,
+// as it includes every reaped descendant. Killing needs no freezer: the
+// pid namespace dies with its init, and no process of a dead pid
+// namespace can fork. A hierarchy mounted under two names (cpu,cpuacct on
+// many hosts) is listed once.
+func v1Controllers(live bool) []string {
+	if live {
+		return v1Live()
+	}
+	return v1OneShot()
+}
+
+var (
+	v1OneShot = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu") })
+	v1Live    = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu", "cpuacct", "freezer") })
+)
+
+func distinctHierarchies(names ...string) []string {
 	var list []string
 	seen := map[string]bool{}
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+	for _, c := range names {
 		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupRoot, c))
 		if err != nil {
 			dir = c
@@ -51,7 +66,7 @@ var cgroupV1Controllers = sync.OnceValue(func() []string {
 		}
 	}
 	return list
-})
+}
 
 // cgroupStats is what a finished sandbox consumed.
 type cgroupStats struct {
@@ -74,6 +89,9 @@ type cgroup interface {
 	stats() (cgroupStats, error)
 	// destroy removes the cgroup; it must be empty.
 	destroy() error
+	// freeze stops (true) or restarts every process in the cgroup, and
+	// returns once the kernel says it is done.
+	freeze(bool) error
 }
 
 // unifiedHierarchy reports whether the host runs cgroup v2 only. A hybrid
@@ -83,9 +101,10 @@ func unifiedHierarchy() bool {
 	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
-// newCgroup creates the cgroup of sandbox id with p's limits. It fails
-// when any limit cannot be applied: a sandbox never runs unlimited.
-func newCgroup(id string, p *policy.Policy) (cgroup, error) {
+// newCgroup creates the cgroup of sandbox id with p's limits, for a live
+// sandbox or a one-shot run (v1Controllers). It fails when any limit
+// cannot be applied: a sandbox never runs unlimited.
+func newCgroup(id string, p *policy.Policy, live bool) (cgroup, error) {
 	quota, period := cpuQuota(p)
 	mem := strconv.FormatInt(p.MemoryBytes, 10)
 	pids := strconv.FormatInt(p.Pids, 10)
@@ -93,7 +112,7 @@ func newCgroup(id string, p *policy.Policy) (cgroup, error) {
 	if unifiedHierarchy() {
 		return newCgroupV2(filepath.Join(cgroupRoot, name), p)
 	}
-	g := cgroupV1{name: name}
+	g := cgroupV1{name: name, controllers: v1Controllers(live)}
 	limits := map[string][][2]string{
 		// memsw is memory+swap: equal to the memory limit means no swap.
 		// It must be written after the memory limit, never below it.
@@ -101,7 +120,7 @@ func newCgroup(id string, p *policy.Policy) (cgroup, error) {
 		"pids":   {{"pids.max", pids}},
 		"cpu":    {{"cpu.cfs_period_us", strconv.FormatInt(period, 10)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}},
 	}
-	for _, c := range cgroupV1Controllers() {
+	for _, c := range g.controllers {
 		dir := g.dir(c)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			_ = g.destroy()
@@ -140,7 +159,24 @@ func newCgroupV2(dir string, p *policy.Policy) (cgroup, error) {
 	return g, nil
 }
 
-func writeCgroupFile(dir, file, value string) error {
+// waitCgroupFile polls file until done says its content is what it
+// waits for, for at most 5 s.
+func waitCgroupFile(dir, file string, done func(string) bool) error {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return err
+		}
+		if done(strings.TrimSpace(string(data))) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: %s stayed %q", filepath.Base(dir), file, strings.TrimSpace(string(data)))
+		}
+	}
+}
+
+func writeCgroupFile(dir, file string, value string) error {
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
 		return fmt.Errorf("set cgroup %s: %w", file, err)
 	}
@@ -247,7 +283,8 @@ func rmdirCgroup(dir string) error {
 }
 
 type cgroupV1 struct {
-	name string // directory name below each controller's root
+	name        string   // directory name below each controller's root
+	controllers []string // the hierarchies it is in
 }
 
 func (g cgroupV1) dir(controller string) string {
@@ -257,7 +294,7 @@ func (g cgroupV1) dir(controller string) string {
 func (g cgroupV1) enter(*syscall.SysProcAttr) ([]*os.File, func(), error) {
 	var files []*os.File
 	release := func() { closeAll(files) }
-	for _, c := range cgroupV1Controllers() {
+	for _, c := range g.controllers {
 		f, err := os.OpenFile(filepath.Join(g.dir(c), "tasks"), os.O_WRONLY, 0)
 		if err != nil {
 			release()
@@ -268,7 +305,31 @@ func (g cgroupV1) enter(*syscall.SysProcAttr) ([]*os.File, func(), error) {
 	return files, release, nil
 }
 
-func (g cgroupV1) kill() error { return killAll(g.dir("pids")) }
+// kill thaws the cgroup first, as far as it can: a frozen process does not
+// die of SIGKILL until it runs again (and one that stays frozen makes
+// killAll fail). A one-shot run, or a leftover of one, has no freezer.
+func (g cgroupV1) kill() error {
+	_ = g.freeze(false)
+	return killAll(g.dir("pids"))
+}
+
+// errNotPausable: the sandbox is not in a freezer cgroup (a one-shot run).
+var errNotPausable = errors.New("this sandbox cannot be paused")
+
+func (g cgroupV1) freeze(on bool) error {
+	if !slices.Contains(g.controllers, "freezer") {
+		return errNotPausable
+	}
+	dir, want := g.dir("freezer"), "THAWED"
+	if on {
+		want = "FROZEN"
+	}
+	if err := writeCgroupFile(dir, "freezer.state", want); err != nil {
+		return err
+	}
+	// FREEZING until every task has stopped.
+	return waitCgroupFile(dir, "freezer.state", func(s string) bool { return s == want })
+}
 
 func (g cgroupV1) stats() (cgroupStats, error) {
 	mem := g.dir("memory")
@@ -286,16 +347,18 @@ func (g cgroupV1) stats() (cgroupStats, error) {
 	if err != nil {
 		return cgroupStats{}, err
 	}
-	cpu, err := readCgroupUint(g.dir("cpuacct"), "cpuacct.usage") // ns
-	if err != nil {
-		return cgroupStats{}, err
+	st := cgroupStats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}
+	// CPU time so far, where the sandbox has a cpuacct cgroup (a live
+	// one, or any where cpuacct shares the cpu hierarchy).
+	if cpu, err := readCgroupUint(g.dir("cpuacct"), "cpuacct.usage"); err == nil {
+		st.CPU = time.Duration(cpu) // ns
 	}
-	return cgroupStats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom, CPU: time.Duration(cpu)}, nil
+	return st, nil
 }
 
 func (g cgroupV1) destroy() error {
 	var errs []error
-	for _, c := range cgroupV1Controllers() {
+	for _, c := range g.controllers {
 		errs = append(errs, rmdirCgroup(g.dir(c)))
 	}
 	return errors.Join(errs...)
@@ -324,6 +387,17 @@ func (g cgroupV2) enter(attr *syscall.SysProcAttr) ([]*os.File, func(), error) {
 	}
 	attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
 	return nil, func() { dir.Close() }, nil
+}
+
+func (g cgroupV2) freeze(on bool) error {
+	v, want := "0", "frozen 0"
+	if on {
+		v, want = "1", "frozen 1"
+	}
+	if err := writeCgroupFile(g.dir, "cgroup.freeze", v); err != nil {
+		return err
+	}
+	return waitCgroupFile(g.dir, "cgroup.events", func(s string) bool { return slices.Contains(strings.Split(s, "\n"), want) })
 }
 
 func (g cgroupV2) kill() error {
@@ -356,12 +430,13 @@ func (g cgroupV2) stats() (cgroupStats, error) {
 
 func (g cgroupV2) destroy() error { return rmdirCgroup(g.dir) }
 
-// loadCgroup returns the cgroup of an existing sandbox, for cleanup.
+// loadCgroup returns the cgroup of an existing sandbox, for cleanup: in
+// every hierarchy a sandbox may have joined.
 func loadCgroup(id string) cgroup {
 	if unifiedHierarchy() {
 		return cgroupV2{dir: filepath.Join(cgroupRoot, cgroupPrefix+id)}
 	}
-	return cgroupV1{name: cgroupPrefix + id}
+	return cgroupV1{name: cgroupPrefix + id, controllers: v1Controllers(true)}
 }
 
 // orphanAge is how old an empty sandbox cgroup must be before a sweep
@@ -407,9 +482,10 @@ type Cgroup struct {
 // CgroupStats is what a sandbox consumed.
 type CgroupStats = cgroupStats
 
-// NewCgroup creates the cgroup of sandbox id with p's limits.
+// NewCgroup creates the cgroup of sandbox id with p's limits, as a live
+// sandbox's: its CPU time can be read and it can be paused.
 func NewCgroup(id string, p *policy.Policy) (*Cgroup, error) {
-	g, err := newCgroup(id, p)
+	g, err := newCgroup(id, p, true)
 	if err != nil {
 		return nil, err
 	}
@@ -425,6 +501,9 @@ func (c *Cgroup) Path() string { return "/" + c.name }
 
 // Stats reads what the sandbox consumed so far.
 func (c *Cgroup) Stats() (CgroupStats, error) { return c.g.stats() }
+
+// Freeze stops every process in the cgroup (true) or restarts them.
+func (c *Cgroup) Freeze(on bool) error { return c.g.freeze(on) }
 
 // Remove kills every process left in the cgroup and removes it, from
 // every hierarchy: runsc adds the cgroup to the ones Airlock leaves alone

@@ -39,6 +39,9 @@ type Spec struct {
 	SelfMount string
 
 	id string // the sandbox id, when the caller chose it (StartAgent)
+	// live: the sandbox serves (an agent) rather than runs one command;
+	// its CPU time can be read while it runs, and it can be paused.
+	live bool
 }
 
 // Result is what happened to the command. A non-zero exit, a signal, a
@@ -284,7 +287,7 @@ func Start(spec *Spec) (*Sandbox, error) {
 		lock.release(true)
 		return nil, err
 	}
-	cg, err := newCgroup(id, &spec.Policy)
+	cg, err := newCgroup(id, &spec.Policy, spec.live)
 	if err != nil {
 		uids.Close()
 		lock.release(true)
@@ -308,14 +311,23 @@ func Start(spec *Spec) (*Sandbox, error) {
 func (s *Sandbox) Done() <-chan struct{} { return s.done }
 
 // Kill ends the sandbox: SIGKILL to its init, whose death takes every
-// other process of the pid namespace with it. It does not wait.
+// other process of the pid namespace with it. It does not wait. A paused
+// sandbox is thawed, or the signal would wait for it.
 func (s *Sandbox) Kill() {
 	select {
 	case <-s.done:
 	default:
 		_ = s.cmd.Process.Kill()
+		_ = s.cg.freeze(false)
 	}
 }
+
+// Pause stops every process of the sandbox where it is, until Resume. Only
+// a live sandbox (an agent's) can be paused.
+func (s *Sandbox) Pause() error { return s.cg.freeze(true) }
+
+// Resume restarts a paused sandbox.
+func (s *Sandbox) Resume() error { return s.cg.freeze(false) }
 
 // Wait waits for the sandbox to end, removes what is left of it (its
 // cgroups, its lock) and returns how its command ended. It may be called

@@ -173,7 +173,7 @@ func TestHostView(t *testing.T) {
 			t.Errorf("pid %d host uids %q, want all the same, user 1000 of a sandbox range in [%d, %d)", pid, st["Uid"], lo, hi)
 		}
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		for _, c := range cgroupV1Controllers() {
+		for _, c := range v1Controllers(false) {
 			if !unifiedHierarchy() && !strings.Contains(string(cg), ":"+c+":/"+cgroupPrefix) {
 				t.Errorf("pid %d is not in a sandbox %s cgroup:\n%s", pid, c, cg)
 			}
