@@ -227,14 +227,19 @@ func TestServeHostFilesUnreachable(t *testing.T) {
 // TestServeCrashRecovery: after kill -9 of the daemon its sandboxes die
 // with it, and the next start removes what they left.
 // killWhileRunning starts a daemon on dir with a pool and a working
-// sandbox, lists what the sandboxes hold in state (a directory of locks or
-// bundles), and SIGKILLs the daemon.
-func killWhileRunning(t *testing.T, dir, state string, args ...string) []os.DirEntry {
+// sandbox (paused, if asked), lists what the sandboxes hold in state (a
+// directory of locks or bundles), and SIGKILLs the daemon.
+func killWhileRunning(t *testing.T, dir, state string, paused bool, args ...string) []os.DirEntry {
 	t.Helper()
 	s := startServe(t, dir, append(args, "--pool-size", "1")...)
 	c := s.create(t)
 	if out := s.run(t, c, "echo alive"); out != "alive\n" {
 		t.Fatalf("sandbox not working: %q", out)
+	}
+	if paused {
+		if code, body := s.do(t, "POST", "/sandboxes/"+c.SandboxID+"/pause", nil, map[string]string{"X-API-KEY": s.key}); code != 204 {
+			t.Fatalf("pause: %d %s", code, body)
+		}
 	}
 	held, _ := os.ReadDir(state)
 	if len(held) == 0 {
@@ -248,7 +253,7 @@ func killWhileRunning(t *testing.T, dir, state string, args ...string) []os.DirE
 func TestServeCrashRecovery(t *testing.T) {
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "run", "runs")
-	before := killWhileRunning(t, dir, runs)
+	before := killWhileRunning(t, dir, runs, false)
 	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) > 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("sandbox processes outlived the daemon: %v", airlocktest.SandboxProcs())
@@ -275,7 +280,7 @@ func TestServeCrashRecoveryGVisor(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bundles := filepath.Join(dir, "gvisor", "bundles")
-	before := killWhileRunning(t, dir, bundles, "--backend", "gvisor")
+	before := killWhileRunning(t, dir, bundles, false, "--backend", "gvisor")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		out, _ := exec.Command("pgrep", "-f", "runsc-sandbox.*"+dir).Output()
 		if len(out) == 0 {
@@ -298,6 +303,41 @@ func TestServeCrashRecoveryGVisor(t *testing.T) {
 		t.Errorf("mounts under %s survived the restart", dir)
 	}
 	s2.stop(t)
+}
+
+// A sandbox paused when the daemon dies (frozen: on cgroup v1 not even
+// SIGKILL ends it) is removed by the next start, on either backend.
+func TestServeCrashWhilePaused(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	for _, backend := range []string{"namespaces", "gvisor"} {
+		t.Run(backend, func(t *testing.T) {
+			if _, err := exec.LookPath("runsc"); backend == "gvisor" && err != nil && os.Getenv("AIRLOCK_RUNSC") == "" {
+				t.Skip("no runsc (make test builds it)")
+			}
+			dir := t.TempDir()
+			state := map[string]string{"namespaces": filepath.Join(dir, "run", "runs"), "gvisor": filepath.Join(dir, "gvisor", "bundles")}[backend]
+			before := killWhileRunning(t, dir, state, true, "--backend", backend)
+			s2 := startServe(t, dir, "--backend", backend, "--pool-size", "0")
+			if left, _ := os.ReadDir(state); len(left) > 0 {
+				t.Errorf("%d sandboxes' state survived the restart", len(left))
+			}
+			for _, e := range before {
+				if m, _ := filepath.Glob("/sys/fs/cgroup/*/airlock-" + e.Name()); len(m) > 0 {
+					t.Errorf("cgroups of the paused sandbox survived the restart: %v", m)
+				}
+			}
+			// Killed ones are reaped by the host's init, a moment later.
+			for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) > 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox processes survived the restart: %v", airlocktest.SandboxProcs())
+				}
+			}
+			if out, _ := exec.Command("pgrep", "-f", "runsc-sandbox.*"+dir).Output(); len(out) > 0 {
+				t.Errorf("gVisor sandboxes survived the restart: %s", out)
+			}
+			s2.stop(t)
+		})
+	}
 }
 
 func TestServeBadConfig(t *testing.T) {

@@ -505,6 +505,11 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
 	}
+	// The agent's private endpoints are the daemon's alone.
+	if strings.HasPrefix(r.URL.Path, agent.SetupPath) {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
 	// A paused agent would never answer: resume it if it asked for that,
 	// else say so at once.
 	if sb.Paused() {
@@ -516,11 +521,6 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			s.managerError(w, err)
 			return
 		}
-	}
-	// The agent's private endpoints are the daemon's alone.
-	if strings.HasPrefix(r.URL.Path, agent.SetupPath) {
-		writeError(w, http.StatusNotFound, "not found")
-		return
 	}
 	if r.URL.Path == "/process.Process/Start" {
 		s.m.Metrics().Execs.Add(1)

@@ -120,8 +120,9 @@ type Sandbox struct {
 	cpuMark   time.Duration
 	cpuMarkAt time.Time
 	// paused: every process stopped, no time to live running. autoPause:
-	// the end of its time to live pauses it instead of killing it.
-	paused, autoPause bool
+	// the end of its time to live pauses it instead of killing it. gone:
+	// being killed; it must not be paused again.
+	paused, autoPause, gone bool
 }
 
 // Paused reports whether s is paused.
@@ -538,6 +539,9 @@ func (m *Manager) Pause(id string) error {
 func (m *Manager) pause(sb *Sandbox) error {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if sb.gone {
+		return fmt.Errorf("%w: %s", ErrNotFound, sb.ID)
+	}
 	if sb.paused {
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, sb.ID)
 	}
@@ -563,6 +567,9 @@ func (m *Manager) Resume(id string, d time.Duration) error {
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if sb.gone {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
 	if !sb.paused {
 		return nil
 	}
@@ -591,7 +598,13 @@ func (m *Manager) Kill(id string) error {
 func (m *Manager) expire(sb *Sandbox) {
 	sb.mu.Lock()
 	auto := sb.autoPause
+	// A timer that fired just before a pause, a resume or a new time to
+	// live is stale.
+	stale := sb.paused || time.Now().Before(sb.endAt)
 	sb.mu.Unlock()
+	if stale {
+		return
+	}
 	if auto {
 		if err := m.pause(sb); err == nil || errors.Is(err, ErrConflict) {
 			return
@@ -613,12 +626,15 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 	m.removing.Add(1)
 	defer m.removing.Done()
 	m.mu.Unlock()
+	// Killed under the sandbox's lock, which a pause takes too: no pause
+	// can come after the kill and freeze what is dying.
 	sb.mu.Lock()
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	sb.mu.Unlock()
+	sb.gone = true
 	sb.inst.Kill()
+	sb.mu.Unlock()
 	if err := sb.inst.Wait(); err != nil {
 		m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
 	}

@@ -213,6 +213,11 @@ func newBundle(p *policy.Policy) (*bundle, error) {
 // started), kills what is left in its cgroup, and removes it all.
 func (b *bundle) remove(runsc string) error {
 	var errs []error
+	if b.cg != nil {
+		// A paused sandbox dies of nothing until it runs: runsc delete
+		// would wait for it in vain.
+		_ = b.cg.Freeze(false)
+	}
 	if runsc != "" {
 		errs = append(errs, teardown(runsc, b.id))
 	}

@@ -49,14 +49,22 @@ func v1Controllers(live bool) []string {
 
 var (
 	v1OneShot = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu") })
-	v1Live    = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu", "cpuacct", "freezer") })
+	v1Live    = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu", "cpuacct?", "freezer?") })
 )
 
+// distinctHierarchies lists the v1 hierarchies named, each once. A name
+// ending in "?" is optional: left out where the host does not mount it
+// (a live sandbox then cannot report CPU time, or be paused). The others
+// are limits: without them newCgroup fails, as it must.
 func distinctHierarchies(names ...string) []string {
 	var list []string
 	seen := map[string]bool{}
 	for _, c := range names {
+		c, optional := strings.CutSuffix(c, "?")
 		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupRoot, c))
+		if err != nil && optional {
+			continue
+		}
 		if err != nil {
 			dir = c
 		}
