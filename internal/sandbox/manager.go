@@ -508,6 +508,19 @@ func (m *Manager) List(filter map[string]string) []*Sandbox {
 
 // SetTTL makes the sandbox end d from now.
 func (m *Manager) SetTTL(id string, d time.Duration) error {
+	return m.withTTL(id, d, func(sb *Sandbox, d time.Duration) error {
+		if sb.paused {
+			return fmt.Errorf("%w: sandbox %s is paused: connect to resume it", ErrConflict, id)
+		}
+		sb.endAt = time.Now().Add(d)
+		sb.timer.Reset(d)
+		return nil
+	})
+}
+
+// withTTL calls f with sandbox id, locked and not being killed, and d
+// checked against the server's bounds (0: the default).
+func (m *Manager) withTTL(id string, d time.Duration, f func(*Sandbox, time.Duration) error) error {
 	sb, err := m.Get(id)
 	if err != nil {
 		return err
@@ -517,12 +530,10 @@ func (m *Manager) SetTTL(id string, d time.Duration) error {
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.paused {
-		return fmt.Errorf("%w: sandbox %s is paused: connect to resume it", ErrConflict, id)
+	if sb.gone {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	sb.endAt = time.Now().Add(d)
-	sb.timer.Reset(d)
-	return nil
+	return f(sb, d)
 }
 
 // Pause stops every process of sandbox id where it is. A paused sandbox
@@ -558,29 +569,19 @@ func (m *Manager) pause(sb *Sandbox) error {
 // Resume restarts sandbox id if it is paused, with a time to live of d
 // (0: the default). A running sandbox is left as it is.
 func (m *Manager) Resume(id string, d time.Duration) error {
-	sb, err := m.Get(id)
-	if err != nil {
-		return err
-	}
-	if d, err = m.ttl(d); err != nil {
-		return err
-	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.gone {
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if !sb.paused {
+	return m.withTTL(id, d, func(sb *Sandbox, d time.Duration) error {
+		if !sb.paused {
+			return nil
+		}
+		if err := sb.inst.Resume(); err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", id, err)
+		}
+		sb.paused = false
+		sb.endAt = time.Now().Add(d)
+		sb.timer.Reset(d)
+		m.log.Info("sandbox resumed", "sandbox", id)
 		return nil
-	}
-	if err := sb.inst.Resume(); err != nil {
-		return fmt.Errorf("resume sandbox %s: %w", id, err)
-	}
-	sb.paused = false
-	sb.endAt = time.Now().Add(d)
-	sb.timer.Reset(d)
-	m.log.Info("sandbox resumed", "sandbox", id)
-	return nil
+	})
 }
 
 // Kill ends the sandbox with id now.
