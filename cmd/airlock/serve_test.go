@@ -340,6 +340,37 @@ func TestServeCrashWhilePaused(t *testing.T) {
 	}
 }
 
+// A paused sandbox still holds its memory: it is removed when the
+// server's longest time to live has passed.
+func TestServePausedSandboxEndsAtMaxTimeout(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "airlock.json")
+	os.WriteFile(cfg, []byte(`{"defaultTimeout": "2s", "maxTimeout": "6s", "templates": {"code-interpreter-v1": {"poolSize": 0}}}`), 0o644)
+	s := startServe(t, filepath.Join(dir, "state"), "--config", cfg)
+	key := map[string]string{"X-API-KEY": s.key}
+	c := s.create(t)
+	if code, body := s.do(t, "POST", "/sandboxes/"+c.SandboxID+"/pause", nil, key); code != 204 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	// Past its own 2 s time to live it is still there, paused ...
+	time.Sleep(3 * time.Second)
+	code, body := s.do(t, "GET", "/sandboxes/"+c.SandboxID, nil, key)
+	if code != 200 || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Fatalf("paused sandbox after 3 s: %d %s", code, body)
+	}
+	// ... and gone once the 6 s maximum has passed.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _ := s.do(t, "GET", "/sandboxes/"+c.SandboxID, nil, key); code == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the paused sandbox outlived the server's maxTimeout")
+		}
+	}
+	s.stop(t)
+}
+
 func TestServeBadConfig(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	dir := t.TempDir()

@@ -538,7 +538,8 @@ func (m *Manager) withTTL(id string, d time.Duration, f func(*Sandbox, time.Dura
 
 // Pause stops every process of sandbox id where it is. A paused sandbox
 // keeps its memory and files but uses no CPU, and its time to live is
-// stopped: it lasts until resumed or killed.
+// stopped: it lasts until resumed, killed, or the server's longest time
+// to live has passed.
 func (m *Manager) Pause(id string) error {
 	sb, err := m.Get(id)
 	if err != nil {
@@ -560,7 +561,13 @@ func (m *Manager) pause(sb *Sandbox) error {
 		_ = sb.inst.Resume() // never half paused
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
 	}
+	// Paused, it still holds its memory: it is removed when the server's
+	// longest time to live has passed (without a bound, when killed).
 	sb.timer.Stop()
+	if max := m.cfg.MaxTTL; max > 0 {
+		sb.endAt = time.Now().Add(max)
+		sb.timer.Reset(max)
+	}
 	sb.paused = true
 	m.log.Info("sandbox paused", "sandbox", sb.ID)
 	return nil
@@ -595,13 +602,13 @@ func (m *Manager) Kill(id string) error {
 }
 
 // expire ends sb's time to live: it is killed, or paused if it asked to
-// be (and killed if it cannot be).
+// be (and killed if it cannot be). A paused one is killed.
 func (m *Manager) expire(sb *Sandbox) {
 	sb.mu.Lock()
-	auto := sb.autoPause
+	auto := sb.autoPause && !sb.paused
 	// A timer that fired just before a pause, a resume or a new time to
 	// live is stale.
-	stale := sb.paused || time.Now().Before(sb.endAt)
+	stale := time.Now().Before(sb.endAt)
 	sb.mu.Unlock()
 	if stale {
 		return
