@@ -19,11 +19,8 @@ APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-
 
 all: build
 
-# -s -w: without the symbol table and DWARF the binary is a third smaller,
-# and a sandbox, which starts it twice (airlock, then its init), ~2 ms
-# faster to make (measured in alternation); stack traces keep their names.
 build:
-	$(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/airlock
+	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
 
 # Installs only what is missing; needs root and Debian's apt.
 deps:
@@ -38,10 +35,8 @@ test: test-go test-sdk
 
 runsc: $(RUNSC)
 
-# Stripped too: runsc starts three times per sandbox (run, gofer, sandbox);
-# a fresh `runsc do` measured 151 -> 145 ms.
 $(RUNSC):
-	GOBIN=$(CURDIR)/bin $(GO) install -ldflags='-s -w' gvisor.dev/gvisor/runsc@$(RUNSC_VERSION)
+	GOBIN=$(CURDIR)/bin $(GO) install gvisor.dev/gvisor/runsc@$(RUNSC_VERSION)
 
 test-go: deps build runsc
 	$(GO) vet ./...
