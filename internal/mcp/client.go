@@ -59,6 +59,12 @@ func agentRequestHeader(ctx context.Context, sb *sandbox.Sandbox, method, path, 
 	if err != nil {
 		return nil, err
 	}
+	// Every call here, streams included, expects 200: anything else is
+	// the agent's (or the gateway's) refusal, read as such.
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, agentFailure(resp)
+	}
 	resp.Body = &limitedBody{r: io.LimitReader(resp.Body, maxResponse+1), c: resp.Body}
 	return resp, nil
 }
@@ -110,9 +116,6 @@ func executeCode(ctx context.Context, sb *sandbox.Sandbox, code, language, conte
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, agentFailure(resp)
-	}
 	out := &codeOutput{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -235,9 +238,6 @@ func readFile(ctx context.Context, sb *sandbox.Sandbox, path string, limit int64
 		return nil, false, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, false, agentFailure(resp)
-	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, false, err
@@ -254,10 +254,7 @@ func writeFile(ctx context.Context, sb *sandbox.Sandbox, path string, content []
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return agentFailure(resp)
-	}
+	resp.Body.Close()
 	return nil
 }
 
@@ -274,9 +271,6 @@ func listFiles(ctx context.Context, sb *sandbox.Sandbox, path string, depth int)
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, agentFailure(resp)
-	}
 	var r struct{ Entries []listedEntry }
 	err = json.NewDecoder(resp.Body).Decode(&r)
 	return r.Entries, err

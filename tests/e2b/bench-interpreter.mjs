@@ -4,20 +4,8 @@
 // an ipykernel on the host with jupyter_client (raw-kernel.py).
 import { execFileSync } from 'node:child_process'
 import { Sandbox } from '@e2b/code-interpreter'
+import { pct, fmt, time, poolReady } from './bench-util.mjs'
 import { startServer, sleep } from './harness.mjs'
-
-const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
-const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
-const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
-
-async function poolReady(server, n) {
-  for (let i = 0; i < 600; i++) {
-    const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
-    if (Number(/airlock_pool_ready\{template="code-interpreter-v1"\} (\d+)/.exec(m)?.[1] ?? 0) >= n) return
-    await sleep(50)
-  }
-  throw new Error('pool did not fill')
-}
 
 const raw = JSON.parse(execFileSync('/usr/bin/python3', [new URL('raw-kernel.py', import.meta.url).pathname, '200'],
   { stdio: ['ignore', 'pipe', 'ignore'] }).toString())
@@ -30,7 +18,7 @@ const sbx = await Sandbox.create()
 for (let i = 0; i < 10; i++) await sbx.runCode('1+1')
 // Let the pool's replacement start its kernel (over a second of CPU)
 // before measuring.
-await poolReady(server, 2)
+await poolReady(server, 'code-interpreter-v1', 2)
 await sleep(3000)
 const cells = []
 for (let i = 0; i < 200; i++) cells.push(await time(() => sbx.runCode('1+1')))
@@ -38,7 +26,7 @@ await sbx.kill()
 
 const first = []
 for (let i = 0; i < 15; i++) {
-  await poolReady(server, 1)
+  await poolReady(server, 'code-interpreter-v1', 1)
   // The kernel of a pooled sandbox starts (and imports matplotlib) in
   // the background: give it the time a real pool would have had.
   await sleep(1500)

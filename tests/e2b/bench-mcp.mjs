@@ -8,11 +8,9 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { pct, fmt, time } from './bench-util.mjs'
 import { startServer, sleep } from './harness.mjs'
 
-const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
-const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
-const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
 const N = 200
 
 async function cells(call) {

@@ -2,24 +2,11 @@
 // and 99th percentiles; asserts nothing. The baseline, measured in the same
 // run, is a bare HTTP round trip to the daemon (the floor of any call).
 import { Sandbox } from 'e2b'
+import { pct, fmt, time, poolReady } from './bench-util.mjs'
 import { startServer, sleep } from './harness.mjs'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-
-const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p / 100))] }
-const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
-const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
-
-async function poolReady(server, n) {
-  for (let i = 0; i < 1200; i++) {
-    const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
-    const got = Number(/airlock_pool_ready\{template="base"\} (\d+)/.exec(m)?.[1] ?? 0)
-    if (got >= n) return
-    await sleep(50)
-  }
-  throw new Error('pool did not fill')
-}
 
 async function baseline(server, n = 200) {
   const xs = []
@@ -36,11 +23,11 @@ const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-bench-')), 'airlock.json')
 writeFileSync(cfg, JSON.stringify({ poolMemoryBudget: '8G', templates: { base: { poolSize: 20 }, 'code-interpreter-v1': { poolSize: 0 } } }))
 const warm = await startServer(['--config', cfg])
 const floor = await baseline(warm)
-await poolReady(warm, 20)
+await poolReady(warm, 'base', 20)
 
 const single = []
 for (let i = 0; i < 40; i++) {
-  await poolReady(warm, 1)
+  await poolReady(warm, 'base', 1)
   let sbx
   single.push(await time(async () => { sbx = await Sandbox.create() }))
   await sbx.kill()
@@ -48,7 +35,7 @@ for (let i = 0; i < 40; i++) {
 
 const burst = []
 for (let round = 0; round < 3; round++) {
-  await poolReady(warm, 20)
+  await poolReady(warm, 'base', 20)
   const sbxs = await Promise.all(Array.from({ length: 20 }, async () => {
     let sbx
     burst.push(await time(async () => { sbx = await Sandbox.create() }))
@@ -58,9 +45,9 @@ for (let round = 0; round < 3; round++) {
 }
 
 // Round trips in a quiet daemon: the pool refilled, the claim's refill done.
-await poolReady(warm, 20)
+await poolReady(warm, 'base', 20)
 const sbx = await Sandbox.create()
-await poolReady(warm, 20)
+await poolReady(warm, 'base', 20)
 for (let i = 0; i < 5; i++) await sbx.commands.run('true')
 const runs = []
 for (let i = 0; i < 100; i++) runs.push(await time(() => sbx.commands.run('true')))
