@@ -4,12 +4,13 @@ import (
 	"flag"
 
 	"fmt"
-	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"io"
 	"os"
 	"os/exec"
 	"slices"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 )
 
 // benchCmd compares a sandboxed run with the same command run bare, in

@@ -56,7 +56,7 @@ func run(args []string) error {
 		return serveCmd(args[1:])
 	case "mcp":
 		return mcpCmd(args[1:])
-	case namespaces.AgentArg:
+	case "agent": // agentproto.AgentArg, after the merge
 		// Inside a sandbox, started by its init: serve the envd protocol.
 		return agent.Main()
 	case "version", "--version":

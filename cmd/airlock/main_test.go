@@ -97,7 +97,7 @@ func TestBadInput(t *testing.T) {
 			if strings.Contains(r.stderr, "/run/airlock") || strings.Contains(r.stderr, "/sys/fs") {
 				t.Errorf("error leaks internals: %q", r.stderr)
 			}
-			airlocktest.CheckNoLeftovers(t, namespaces.StateDir)
+			airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -25,7 +26,7 @@ func mcpCmd(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	signal.Ignore(syscall.SIGPIPE)
-	cfg := defaultServeConfig()
+	cfg := config.Default()
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	stateDir := fs.String("state-dir", cfg.StateDir, "state directory")
@@ -43,25 +44,26 @@ func mcpCmd(args []string) error {
 	if *timeout <= 0 {
 		return usageError{"timeout must be positive"}
 	}
-	cfg.DefaultTimeout = duration(*timeout)
+	cfg.DefaultTimeout = config.Duration(*timeout)
 	if *timeout > time.Duration(cfg.MaxTimeout) {
-		cfg.MaxTimeout = duration(*timeout)
-	}
-	mcfg, err := managerConfig(&cfg, *poolSize)
-	if err != nil {
-		return usageError{err.Error()}
+		cfg.MaxTimeout = config.Duration(*timeout)
 	}
 	// stdout carries the protocol: the log goes to stderr, which MCP
 	// clients show as the server's log.
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	backend, err := newBackend(*backendName, *runscPath, log)
+	backends := newBackends(cfg.StateDir, *runscPath, log)
+	mcfg, err := config.Manager(&cfg, *poolSize, backends.get)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	backend, err := backends.get(*backendName)
 	if err != nil {
 		return usageError{err.Error()}
 	}
 	if err := checkStateDir(cfg.StateDir); err != nil {
 		return err
 	}
-	if err := openStateDir(cfg.StateDir, runscOf(backend), log); err != nil {
+	if err := openStateDir(ctx, cfg.StateDir, backends, log); err != nil {
 		return err
 	}
 	m := sandbox.NewManager(mcfg, backend, log)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,8 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -122,7 +125,7 @@ func parseRunFlags(args []string) (*runFlags, error) {
 }
 
 // command turns the flags into argv and the code files to put in the sandbox.
-func (f *runFlags) command() ([]string, []namespaces.File, error) {
+func (f *runFlags) command() ([]string, []backend.File, error) {
 	hasCode := f.file != "" || f.codeSet
 	switch {
 	case f.file != "" && f.codeSet:
@@ -165,8 +168,8 @@ func (f *runFlags) command() ([]string, []namespaces.File, error) {
 	if f.codeSet {
 		name += l.ext
 	}
-	file := namespaces.File{Name: name, Data: data}
-	return []string{l.interp, namespaces.CodePath(name)}, []namespaces.File{file}, nil
+	file := backend.File{Name: name, Data: data}
+	return []string{l.interp, layout.CodePath(name)}, []backend.File{file}, nil
 }
 
 func readCodeFile(path string) ([]byte, error) {
@@ -209,11 +212,10 @@ func runCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	spec := &namespaces.Spec{Policy: f.policy, Argv: argv, Files: files}
-	if err := namespaces.Check(spec); err != nil {
-		return usageError{err.Error()}
-	}
-	runSandbox := namespaces.Run
+	// Sandboxes of airlock run keep their state in /run, apart from any
+	// daemon's, and are cleaned up by the next airlock run.
+	ns := namespaces.New(namespaces.DefaultStateDir, slog.New(slog.DiscardHandler))
+	var b backend.Backend = ns
 	switch f.backend {
 	case "namespaces":
 	case "gvisor":
@@ -221,11 +223,13 @@ func runCmd(args []string) error {
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		runSandbox = func(ctx context.Context, s *namespaces.Spec) (*namespaces.Result, error) {
-			return gvisor.Run(ctx, runsc, s)
-		}
+		b = gvisor.New(runsc, gvisor.DefaultStateDir, slog.New(slog.DiscardHandler))
 	default:
 		return usageError{fmt.Sprintf("unknown backend %q (namespaces or gvisor)", f.backend)}
+	}
+	spec := &backend.Spec{Policy: f.policy, Argv: argv, Files: files}
+	if err := b.Check(spec); err != nil {
+		return usageError{err.Error()}
 	}
 	if f.stdin {
 		spec.Stdin = os.Stdin
@@ -236,12 +240,12 @@ func runCmd(args []string) error {
 	} else {
 		spec.Stdout, spec.Stderr = terminalSafe(os.Stdout), terminalSafe(os.Stderr)
 	}
-	if err := namespaces.Cleanup(); err != nil {
-		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	res, err := runSandbox(ctx, spec)
+	if err := ns.Cleanup(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
+	}
+	res, err := b.Run(ctx, spec)
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "airlock: interrupted; sandbox killed")
@@ -280,7 +284,7 @@ func runCmd(args []string) error {
 // exitStatus maps a result to airlock's exit code, with the conventions of
 // timeout(1) and the shell: 124 for the wall timeout, 137 for an OOM kill,
 // 128+N for signal N, otherwise the program's own code.
-func exitStatus(res *namespaces.Result, p *policy.Policy) (int, string) {
+func exitStatus(res *backend.Result, p *policy.Policy) (int, string) {
 	switch {
 	case res.TimedOut:
 		return 124, "wall timeout " + p.Timeout.String()

@@ -147,6 +147,8 @@ func (s *Server) managerError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, "%v", err)
 	case errors.Is(err, sandbox.ErrConflict):
 		writeError(w, http.StatusConflict, "%v", err)
+	case errors.Is(err, sandbox.ErrShuttingDown):
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
 	default:
 		s.log.Error("request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "internal error: the sandbox operation failed (the server log has the details)")
@@ -427,7 +429,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	// Connecting to a paused sandbox resumes it, with the timeout asked
 	// for (or the default).
 	if sb.Paused() {
-		if err := s.m.Resume(id, d); err != nil {
+		if err := s.m.Resume(r.Context(), id, d); err != nil {
 			s.managerError(w, err)
 			return
 		}
@@ -455,7 +457,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "a pause that drops memory is not supported: a pause here keeps the sandbox's memory")
 		return
 	}
-	if err := s.m.Pause(r.PathValue("id")); err != nil {
+	if err := s.m.Pause(r.Context(), r.PathValue("id")); err != nil {
 		s.managerError(w, err)
 		return
 	}
@@ -468,7 +470,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		s.managerError(w, err)
 		return
 	}
-	u := sb.Usage(r.Context())
+	u, err := sb.Usage(r.Context())
+	if err != nil {
+		s.managerError(w, err)
+		return
+	}
 	now := time.Now().UTC()
 	writeJSON(w, http.StatusOK, []map[string]any{{
 		"timestamp":     now,
@@ -517,7 +523,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadGateway, "the sandbox is paused: connect to it to resume it")
 			return
 		}
-		if err := s.m.Resume(sb.ID, 0); err != nil {
+		if err := s.m.Resume(r.Context(), sb.ID, 0); err != nil {
 			s.managerError(w, err)
 			return
 		}

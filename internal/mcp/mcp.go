@@ -121,7 +121,7 @@ func (s *Server) sandboxFor(ctx context.Context, req *sdk.CallToolRequest) (*san
 	if sb, err := s.m.Get(ss.sandboxID); err == nil {
 		// Paused through the E2B API by the key's holder: a call resumes it.
 		if sb.Paused() {
-			if err := s.m.Resume(sb.ID, cmp.Or(ss.ttl, s.ttl)); err != nil {
+			if err := s.m.Resume(ctx, sb.ID, cmp.Or(ss.ttl, s.ttl)); err != nil {
 				return nil, err
 			}
 		} else {

@@ -22,31 +22,15 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// Backend builds isolated boxes with the agent running inside. It is all a
-// backend has to do: everything else travels the agent's protocol.
-type Backend interface {
-	Start(ctx context.Context, p policy.Policy) (Instance, error)
-}
-
-// Instance is one box a Backend started.
-type Instance interface {
-	// Dial opens a connection to the agent inside.
-	Dial(ctx context.Context) (net.Conn, error)
-	// Done is closed when the box has ended, whatever the reason.
-	Done() <-chan struct{}
-	// Kill ends the box; Wait then removes what is left of it.
-	Kill()
-	Wait() error
-	MemoryUsage() int64
-	CPUUsage() time.Duration
-	// Pause stops every process of the box where it is; Resume restarts
-	// them. Kill works on a paused box.
-	Pause() error
-	Resume() error
-}
+// Backend and Instance are what the manager needs of a backend.
+type (
+	Backend  = backend.Backend
+	Instance = backend.Instance
+)
 
 // Template is a named kind of sandbox.
 type Template struct {
@@ -90,6 +74,8 @@ var (
 	ErrInvalid         = errors.New("invalid request")
 	// ErrConflict: the request does not fit the sandbox's state.
 	ErrConflict = errors.New("conflict")
+	// ErrShuttingDown: the manager is stopping and takes no new sandbox.
+	ErrShuttingDown = errors.New("the server is shutting down")
 )
 
 // Sandbox is a claimed sandbox, as the API describes it.
@@ -153,9 +139,6 @@ func (s *Sandbox) CheckTrafficToken(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(token), []byte(s.TrafficToken)) == 1
 }
 
-// MemoryUsage is the sandbox's current memory use in bytes.
-func (s *Sandbox) MemoryUsage() int64 { return s.inst.MemoryUsage() }
-
 // Usage is what a sandbox uses, for the metrics API.
 type Usage struct {
 	// CPUPercent is the share of its CPU limit it used since the previous
@@ -167,20 +150,24 @@ type Usage struct {
 
 // Usage measures s now. Its disk use comes from the agent, which is as
 // untrusted as the code: it is bounded, and only ever shown to the
-// sandbox's own client.
-func (s *Sandbox) Usage(ctx context.Context) Usage {
-	u := Usage{Memory: s.inst.MemoryUsage()}
+// sandbox's own client; an agent that does not answer counts as 0.
+func (s *Sandbox) Usage(ctx context.Context) (Usage, error) {
+	bu, err := s.inst.Usage(ctx)
+	if err != nil {
+		return Usage{}, err
+	}
+	u := Usage{Memory: bu.Memory}
 	if !s.Paused() { // a paused agent answers nothing
 		u.Disk = s.diskUsage(ctx)
 	}
-	cpu, now := s.inst.CPUUsage(), time.Now()
+	now := time.Now()
 	s.mu.Lock()
 	if dt := now.Sub(s.cpuMarkAt); dt > 0 && s.CPUs > 0 {
-		u.CPUPercent = min(max(100*float64(cpu-s.cpuMark)/float64(dt)/s.CPUs, 0), 100)
+		u.CPUPercent = min(max(100*float64(bu.CPU-s.cpuMark)/float64(dt)/s.CPUs, 0), 100)
 	}
-	s.cpuMark, s.cpuMarkAt = cpu, now
+	s.cpuMark, s.cpuMarkAt = bu.CPU, now
 	s.mu.Unlock()
-	return u
+	return u, nil
 }
 
 func (s *Sandbox) diskUsage(ctx context.Context) int64 {
@@ -335,7 +322,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil, errors.New("shutting down")
+		return nil, ErrShuttingDown
 	}
 	// Sandboxes still starting count against the limit: checking the
 	// registry alone would let a burst of concurrent creates past it.
@@ -375,11 +362,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		// As a pooled one: a create returns a sandbox whose agent
 		// answers, or an error, never one still starting.
 		if err := warm(ctx, inst); err != nil {
-			inst.Kill()
-			go inst.Wait()
+			m.discard(inst)
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
+	}
+	// The CPU share of its first getMetrics counts from now.
+	usage, err := inst.Usage(ctx)
+	if err != nil {
+		m.discard(inst)
+		m.metrics.createFailures.Add(1)
+		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	sb := &Sandbox{
 		ID:           newSandboxID(),
@@ -394,7 +387,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		DiskMB:       pol.DiskBytes >> 20,
 		inst:         inst,
 		transport:    agentTransport(inst),
-		cpuMark:      inst.CPUUsage(),
+		cpuMark:      usage.CPU,
 		cpuMarkAt:    time.Now(),
 		autoPause:    req.AutoPause,
 		AutoResume:   req.AutoResume,
@@ -403,17 +396,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		sb.Metadata = map[string]string{}
 	}
 	if err := m.setup(ctx, sb, req.EnvVars); err != nil {
-		inst.Kill()
-		go inst.Wait()
+		m.discard(inst)
 		m.metrics.createFailures.Add(1)
 		return nil, fmt.Errorf("set up sandbox: %w", err)
 	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		inst.Kill()
-		go inst.Wait()
-		return nil, errors.New("shutting down")
+		m.discard(inst)
+		return nil, ErrShuttingDown
 	}
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
@@ -431,6 +422,21 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,
 		"ms", float64(time.Since(start).Microseconds())/1000)
 	return sb, nil
+}
+
+// discard kills inst, which was never handed out, and removes it in the
+// background; Shutdown waits for that too.
+func (m *Manager) discard(inst Instance) {
+	if err := inst.Kill(context.Background()); err != nil {
+		m.log.Error("kill sandbox", "err", err)
+	}
+	m.removing.Add(1)
+	go func() {
+		defer m.removing.Done()
+		if err := inst.Wait(); err != nil {
+			m.log.Error("sandbox teardown", "err", err)
+		}
+	}()
 }
 
 // setup tells the agent the sandbox's environment.
@@ -540,15 +546,15 @@ func (m *Manager) withTTL(id string, d time.Duration, f func(*Sandbox, time.Dura
 // keeps its memory and files but uses no CPU, and its time to live is
 // stopped: it lasts until resumed, killed, or the server's longest time
 // to live has passed.
-func (m *Manager) Pause(id string) error {
+func (m *Manager) Pause(ctx context.Context, id string) error {
 	sb, err := m.Get(id)
 	if err != nil {
 		return err
 	}
-	return m.pause(sb)
+	return m.pause(ctx, sb)
 }
 
-func (m *Manager) pause(sb *Sandbox) error {
+func (m *Manager) pause(ctx context.Context, sb *Sandbox) error {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.gone {
@@ -557,8 +563,8 @@ func (m *Manager) pause(sb *Sandbox) error {
 	if sb.paused {
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, sb.ID)
 	}
-	if err := sb.inst.Pause(); err != nil {
-		_ = sb.inst.Resume() // never half paused
+	if err := sb.inst.Pause(ctx); err != nil {
+		_ = sb.inst.Resume(context.WithoutCancel(ctx)) // never half paused
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
 	}
 	// Paused, it still holds its memory: it is removed when the server's
@@ -575,12 +581,12 @@ func (m *Manager) pause(sb *Sandbox) error {
 
 // Resume restarts sandbox id if it is paused, with a time to live of d
 // (0: the default). A running sandbox is left as it is.
-func (m *Manager) Resume(id string, d time.Duration) error {
+func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error {
 	return m.withTTL(id, d, func(sb *Sandbox, d time.Duration) error {
 		if !sb.paused {
 			return nil
 		}
-		if err := sb.inst.Resume(); err != nil {
+		if err := sb.inst.Resume(ctx); err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", id, err)
 		}
 		sb.paused = false
@@ -614,7 +620,7 @@ func (m *Manager) expire(sb *Sandbox) {
 		return
 	}
 	if auto {
-		if err := m.pause(sb); err == nil || errors.Is(err, ErrConflict) {
+		if err := m.pause(m.ctx, sb); err == nil || errors.Is(err, ErrConflict) {
 			return
 		}
 	}
@@ -641,7 +647,9 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 		sb.timer.Stop()
 	}
 	sb.gone = true
-	sb.inst.Kill()
+	if err := sb.inst.Kill(context.Background()); err != nil {
+		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
+	}
 	sb.mu.Unlock()
 	if err := sb.inst.Wait(); err != nil {
 		m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)

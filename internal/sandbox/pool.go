@@ -29,7 +29,7 @@ func (p *pool) claim() (Instance, bool) {
 		p.ready = p.ready[1:]
 		select {
 		case <-inst.Done(): // died while waiting: discard it
-			go inst.Wait()
+			p.m.discard(inst)
 		default:
 			return inst, true
 		}
@@ -63,8 +63,7 @@ func (p *pool) fill() {
 			}
 			if err := warm(p.m.ctx, inst); err != nil {
 				p.m.log.Error("pool: agent not answering", "template", p.tmpl.Name, "err", err)
-				inst.Kill()
-				inst.Wait()
+				p.m.discard(inst)
 				break
 			}
 			p.mu.Lock()
@@ -101,7 +100,7 @@ func (p *pool) prune() {
 	for _, inst := range p.ready {
 		select {
 		case <-inst.Done():
-			go inst.Wait()
+			p.m.discard(inst)
 		default:
 			alive = append(alive, inst)
 		}
@@ -116,7 +115,9 @@ func (p *pool) drain() {
 	p.ready = nil
 	p.mu.Unlock()
 	for _, inst := range ready {
-		inst.Kill()
+		if err := inst.Kill(context.Background()); err != nil {
+			p.m.log.Error("pool: kill sandbox", "template", p.tmpl.Name, "err", err)
+		}
 	}
 	for _, inst := range ready {
 		inst.Wait()
@@ -129,8 +130,8 @@ func (m *Manager) pooledMemory() int64 {
 	for _, p := range m.pools {
 		p.mu.Lock()
 		for _, inst := range p.ready {
-			if u := inst.MemoryUsage(); u > 0 {
-				total += u
+			if u, err := inst.Usage(m.ctx); err == nil && u.Memory > 0 {
+				total += u.Memory
 			} else {
 				total += idleEstimate
 			}

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +14,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -22,14 +24,14 @@ import (
 // into the sandbox (runsc --host-uds=create), one directory per sandbox,
 // which only root can reach on the host.
 const (
-	agentBin    = namespaces.CodeDir + "/bin/airlock"
-	agentRunDir = namespaces.CodeDir + "/run"
-	// AgentSocketEnv tells the agent where to listen instead of fd 3.
-	AgentSocketEnv = "AIRLOCK_AGENT_SOCKET"
+	agentRunDir = layout.CodeDir + "/run"
+	// agentSocketEnv tells the agent where to listen instead of fd 3.
+	agentSocketEnv = "AIRLOCK_AGENT_SOCKET" // agentproto's, after the merge
+	agentArg       = "agent"                // agentproto's, after the merge
 )
 
-// AgentSandbox is a long-lived gVisor sandbox running the agent.
-type AgentSandbox struct {
+// agentSandbox is a long-lived gVisor sandbox running the agent.
+type agentSandbox struct {
 	runsc  string
 	b      *bundle
 	runDir string
@@ -39,8 +41,14 @@ type AgentSandbox struct {
 	done    chan struct{}
 }
 
-// StartAgent starts a gVisor sandbox whose command is the airlock agent.
-func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, error) {
+var _ backend.Instance = (*agentSandbox)(nil)
+
+// Start starts a gVisor sandbox whose command is the airlock agent. It
+// returns once runsc runs; Dial waits for the agent.
+func (be *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -48,11 +56,11 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 	if self, err = filepath.EvalSymlinks(self); err != nil {
 		return nil, err
 	}
-	b, err := newBundle(&p)
+	b, err := be.newBundle(&p)
 	if err != nil {
 		return nil, err
 	}
-	s := &AgentSandbox{runsc: runsc, b: b, runDir: filepath.Join(StateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
+	s := &agentSandbox{runsc: be.runsc, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
 	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
 	// the host that uid is 1000 too (gVisor's gofer does not remap), and
 	// runDir sits in root's 0700 state directory, out of any host user's
@@ -61,14 +69,14 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 		b.remove("")
 		return nil, err
 	}
-	if err := os.Chown(s.runDir, sandboxUID, sandboxGID); err != nil {
+	if err := os.Chown(s.runDir, layout.UID, layout.GID); err != nil {
 		b.remove("")
 		return nil, err
 	}
-	p.Env = append(p.Env, AgentSocketEnv+"="+agentRunDir+"/agent.sock")
-	spec := &namespaces.Spec{Policy: p, Argv: []string{agentBin, namespaces.AgentArg}}
-	err = writeBundle(b, spec,
-		specs.Mount{Destination: agentBin, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	p.Env = append(p.Env, agentSocketEnv+"="+agentRunDir+"/agent.sock")
+	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentArg}}
+	err = be.writeBundle(b, spec,
+		specs.Mount{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
 	if err != nil {
 		b.remove("")
@@ -76,7 +84,7 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 	}
 	// Attached, as in Run: runsc is the sandbox's parent for its whole
 	// life, and killing runsc kills the sandbox.
-	s.run = runscFlags(runsc, b.id, []string{"--host-uds", "create", "--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
+	s.run = b.runsc(be.runsc, []string{"--host-uds", "create", "--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
 	errW, err := s.failure.pipe()
 	if err != nil {
 		b.remove("")
@@ -91,6 +99,7 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 		b.remove("")
 		return nil, err
 	}
+	log := backend.LineLog(be.log)
 	go func() { io.Copy(log, logR); logR.Close() }()
 	s.run.Stdout, s.run.Stderr = logW, logW
 	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
@@ -110,7 +119,7 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 
 // Dial connects to the agent, waiting for it to listen (it starts after
 // the sandbox does).
-func (s *AgentSandbox) Dial(ctx context.Context) (net.Conn, error) {
+func (s *agentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 	sock := filepath.Join(s.runDir, "agent.sock")
 	for {
 		var d net.Dialer
@@ -132,38 +141,45 @@ func (s *AgentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 }
 
 // Done is closed when the sandbox has ended.
-func (s *AgentSandbox) Done() <-chan struct{} { return s.done }
+func (s *agentSandbox) Done() <-chan struct{} { return s.done }
 
 // Kill ends the sandbox: runsc is its parent, and an attached sandbox dies
 // with it (Pdeathsig); Wait then kills whatever is left in its cgroup. A
 // paused sandbox is thawed, or the signal would wait for it.
-func (s *AgentSandbox) Kill() {
-	s.run.Process.Kill()
-	s.b.cg.Freeze(false)
+func (s *agentSandbox) Kill(ctx context.Context) error {
+	err := s.run.Process.Kill()
+	if errors.Is(err, os.ErrProcessDone) {
+		err = nil
+	}
+	if ferr := s.b.cg.Freeze(ctx, false); err == nil {
+		err = ferr
+	}
+	select {
+	case <-s.done:
+		return nil // it had ended already: nothing to kill
+	default:
+		return err
+	}
 }
 
 // Pause stops the whole sandbox, gVisor's kernel included, where it is
 // (its cgroup's freezer), until Resume.
-func (s *AgentSandbox) Pause() error { return s.b.cg.Freeze(true) }
+func (s *agentSandbox) Pause(ctx context.Context) error { return s.b.cg.Freeze(ctx, true) }
 
 // Resume restarts a paused sandbox.
-func (s *AgentSandbox) Resume() error { return s.b.cg.Freeze(false) }
+func (s *agentSandbox) Resume(ctx context.Context) error { return s.b.cg.Freeze(ctx, false) }
 
 // Wait waits for the sandbox to end and removes all of it.
-func (s *AgentSandbox) Wait() error {
+func (s *agentSandbox) Wait() error {
 	<-s.done
 	return s.b.remove(s.runsc)
 }
 
-// MemoryUsage is the sandbox's memory use, gVisor's own included.
-func (s *AgentSandbox) MemoryUsage() int64 {
-	st, _ := s.b.cg.Stats()
-	return st.Memory
-}
-
-// CPUUsage is the CPU time the sandbox has used so far, gVisor's own
-// included.
-func (s *AgentSandbox) CPUUsage() time.Duration {
-	st, _ := s.b.cg.Stats()
-	return st.CPU
+// Usage is what the sandbox's cgroup has counted, gVisor's own included.
+func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
+	st, err := s.b.cg.Stats()
+	if err != nil {
+		return backend.Usage{}, fmt.Errorf("sandbox %s: %w", s.b.id, err)
+	}
+	return backend.Usage{Memory: st.Memory, CPU: st.CPU}, nil
 }

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 )
 
 // A gVisor sandbox's /etc is one directory, bind-mounted read-only: a copy
@@ -44,16 +44,16 @@ type etcEntry struct {
 // slow on these VMs (a walk that stats all ~800 entries costs 5 ms), so
 // the fingerprint skips the links, most of them: a link cannot change in
 // place, only be replaced, which changes its directory's mtime.
-func etcDir() (string, error) {
+func etcDir(stateDir string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "airlock etc copy %d\n", etcCopyVersion)
-	generated := namespaces.GeneratedEtc(namespaces.Hostname)
+	generated := layout.GeneratedEtc()
 	for _, name := range slices.Sorted(maps.Keys(generated)) {
 		fmt.Fprintf(h, "generated %s %d\n", name, len(generated[name]))
 		h.Write(generated[name])
 	}
 	var entries []etcEntry
-	for _, name := range namespaces.HostEtc() {
+	for _, name := range layout.HostEtc {
 		top := "/etc/" + name
 		filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -80,7 +80,7 @@ func etcDir() (string, error) {
 			return nil
 		})
 	}
-	dir := filepath.Join(StateDir, "etc", hex.EncodeToString(h.Sum(nil))[:16])
+	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:16])
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}

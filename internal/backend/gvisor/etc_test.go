@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 )
 
 // The copy of /etc holds only what uid 1000 could read of the host's
@@ -16,10 +16,8 @@ func TestEtcCopy(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CI runs as root): it reads all of /etc")
 	}
-	saved := StateDir
-	StateDir = t.TempDir()
-	t.Cleanup(func() { StateDir = saved })
-	dir, err := etcDir()
+	stateDir := t.TempDir()
+	dir, err := etcDir(stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +31,7 @@ func TestEtcCopy(t *testing.T) {
 		if fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0 {
 			t.Errorf("%s is writable by others: %v", rel, fi.Mode())
 		}
-		if _, ok := namespaces.GeneratedEtc(namespaces.Hostname)[rel]; ok {
+		if _, ok := layout.GeneratedEtc()[rel]; ok {
 			return nil
 		}
 		host, err := os.Lstat("/etc/" + rel)
@@ -57,7 +55,7 @@ func TestEtcCopy(t *testing.T) {
 			t.Error("/etc/ssl/private was copied")
 		}
 	}
-	again, err := etcDir()
+	again, err := etcDir(stateDir)
 	if err != nil || again != dir {
 		t.Errorf("second call: %q %v, want the same copy %q", again, err, dir)
 	}

@@ -11,10 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,16 +22,52 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// StateDir holds runsc's state, the OCI bundles and one lock file per
-// running sandbox.
-var StateDir = "/run/airlock-gvisor"
+// Backend builds sandboxes with runsc. Its state directory holds runsc's
+// state, the OCI bundles, one lock file per running sandbox and the
+// agents' sockets; only host root uses it.
+type Backend struct {
+	runsc    string
+	stateDir string
+	log      *slog.Logger
+}
 
-// Identities inside the sandbox, as on the namespaces backend.
-const sandboxUID, sandboxGID = 1000, 1000
+var _ backend.Backend = (*Backend)(nil)
+
+// DefaultStateDir is the state directory of airlock run, which has no
+// daemon's state directory to use.
+const DefaultStateDir = "/run/airlock-gvisor"
+
+// New returns the backend running runsc (see FindRunsc), keeping its state
+// in stateDir; agents' logs go to log.
+func New(runsc, stateDir string, log *slog.Logger) *Backend {
+	return &Backend{runsc: runsc, stateDir: stateDir, log: log}
+}
+
+// Name is "gvisor".
+func (b *Backend) Name() string { return "gvisor" }
+
+// Runsc is the runsc binary the backend runs.
+func (b *Backend) Runsc() string { return b.runsc }
+
+// ErrNotRoot: runsc builds sandboxes as host root.
+var ErrNotRoot = errors.New("the gvisor backend needs root (runsc runs as root)")
+
+// Check reports whether spec can run, without starting anything.
+func (b *Backend) Check(spec *backend.Spec) error {
+	if err := backend.CheckSpec(spec); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	return nil
+}
 
 // idleHostTasks is how many host tasks an idle gVisor sandbox uses: the
 // Sentry's threads and the gofer's (see newBundle).
@@ -67,14 +103,15 @@ func FindRunsc(path string) (string, error) {
 
 // Run executes spec in a new gVisor sandbox under its policy's timeout and
 // removes the sandbox before returning.
-func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespaces.Result, err error) {
-	if err := namespaces.Check(spec); err != nil {
+func (be *Backend) Run(ctx context.Context, spec *backend.Spec) (res *backend.Result, err error) {
+	if err := be.Check(spec); err != nil {
 		return nil, err
 	}
-	if err := Cleanup(runsc); err != nil {
+	if err := be.Cleanup(ctx); err != nil {
 		return nil, fmt.Errorf("cleanup of earlier sandboxes: %w", err)
 	}
-	b, err := newBundle(&spec.Policy)
+	runsc := be.runsc
+	b, err := be.newBundle(&spec.Policy)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +121,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespa
 			res, err = nil, fmt.Errorf("remove sandbox: %w", rerr)
 		}
 	}()
-	if err := writeBundle(b, spec); err != nil {
+	if err := be.writeBundle(b, spec); err != nil {
 		return nil, err
 	}
 	p := &spec.Policy
@@ -94,9 +131,9 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespa
 	// and it is one runsc start instead of four. runsc deletes the
 	// container when it ends, but not the cgroup Airlock made, which keeps
 	// the memory and OOM counters until they are read.
-	run := runscFlags(runsc, b.id, []string{"--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
-	stdout := namespaces.NewCappedWriter(spec.Stdout, p.OutputLimit)
-	stderr := namespaces.NewCappedWriter(spec.Stderr, p.OutputLimit)
+	run := b.runsc(runsc, []string{"--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
+	stdout := backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
+	stderr := backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
 	run.Stdout, run.Stderr = stdout, stderr
 	if spec.Stdin != nil {
 		run.Stdin = struct{ io.Reader }{spec.Stdin} // a pipe, never a terminal
@@ -122,7 +159,7 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespa
 	go func() { run.Wait(); close(waited) }()
 	timer := time.NewTimer(p.Timeout)
 	defer timer.Stop()
-	res = &namespaces.Result{}
+	res = &backend.Result{}
 	select {
 	case <-waited:
 	case <-timer.C:
@@ -166,18 +203,21 @@ func Run(ctx context.Context, runsc string, spec *namespaces.Spec) (res *namespa
 // held while it lives (Cleanup leaves locked bundles alone), and the cgroup
 // Airlock makes for it, which runsc joins as it finds it.
 type bundle struct {
-	id, dir string
-	lock    *os.File
-	cg      *namespaces.Cgroup
-	limits  policy.Policy // the cgroup's: the host's view of the policy
+	id, dir  string
+	stateDir string // the backend's
+	lock     *os.File
+	cg       *cgroups.Cgroup
+	limits   policy.Policy // the cgroup's: the host's view of the policy
 }
 
 // newBundle makes the directory, lock and cgroup of a new sandbox.
-func newBundle(p *policy.Policy) (*bundle, error) {
+func (be *Backend) newBundle(p *policy.Policy) (*bundle, error) {
 	var r [8]byte
-	rand.Read(r[:])
-	b := &bundle{id: hex.EncodeToString(r[:])}
-	b.dir = filepath.Join(StateDir, "bundles", b.id)
+	if _, err := rand.Read(r[:]); err != nil {
+		return nil, err
+	}
+	b := &bundle{id: hex.EncodeToString(r[:]), stateDir: be.stateDir}
+	b.dir = filepath.Join(be.stateDir, "bundles", b.id)
 	if err := os.MkdirAll(b.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
@@ -200,7 +240,7 @@ func newBundle(p *policy.Policy) (*bundle, error) {
 		// Go runtime fatal error) where the guest should get EAGAIN.
 		b.limits = *p
 		b.limits.Pids = idleHostTasks + 4*p.Pids
-		b.cg, err = namespaces.NewCgroup(b.id, &b.limits)
+		b.cg, err = cgroups.New(cgroups.Prefix+b.id, cgroups.Limits{MemoryBytes: b.limits.MemoryBytes, Pids: b.limits.Pids, CPUs: b.limits.CPUs}, true)
 	}
 	if err != nil {
 		b.remove("")
@@ -216,10 +256,10 @@ func (b *bundle) remove(runsc string) error {
 	if b.cg != nil {
 		// A paused sandbox dies of nothing until it runs: runsc delete
 		// would wait for it in vain.
-		_ = b.cg.Freeze(false)
+		_ = b.cg.Freeze(context.Background(), false)
 	}
 	if runsc != "" {
-		errs = append(errs, teardown(runsc, b.id))
+		errs = append(errs, b.teardown(runsc))
 	}
 	if b.cg != nil {
 		errs = append(errs, b.cg.Remove())
@@ -228,7 +268,7 @@ func (b *bundle) remove(runsc string) error {
 	// What could not be removed stays behind its unlocked lock file, for
 	// the next Cleanup to retry.
 	if err == nil {
-		os.RemoveAll(filepath.Join(StateDir, "agents", b.id))
+		os.RemoveAll(filepath.Join(b.stateDir, "agents", b.id))
 		os.RemoveAll(b.dir)
 	}
 	if b.lock != nil {
@@ -281,27 +321,27 @@ func (f *runscFailure) wait() string {
 	}
 }
 
-func runscCmd(runsc, id string, args ...string) *exec.Cmd {
-	return runscFlags(runsc, id, nil, args...)
-}
+// runscRoot is runsc's state directory for the sandbox. Each sandbox has
+// a runsc root of its own: with --network=none runsc keeps a bind-mounted
+// network namespace file in its root, and a private root lets teardown
+// remove it with the sandbox.
+func (b *bundle) runscRoot() string { return filepath.Join(b.stateDir, "state", b.id) }
 
-// runscFlags runs runsc for sandbox id with the backend's global flags,
-// extra ones, and a subcommand. Each sandbox has a runsc root of its own:
-// with --network=none runsc keeps a bind-mounted network namespace file in
-// its root, and a private root lets teardown remove it with the sandbox.
-func runscFlags(runsc, id string, extra []string, args ...string) *exec.Cmd {
-	base := []string{"--root", filepath.Join(StateDir, "state", id), "--network", "none", "--platform", "systrap"}
+// runsc runs runsc for the sandbox with the backend's global flags, extra
+// ones, and a subcommand.
+func (b *bundle) runsc(runsc string, extra []string, args ...string) *exec.Cmd {
+	base := []string{"--root", b.runscRoot(), "--network", "none", "--platform", "systrap"}
 	return exec.Command(runsc, append(append(base, extra...), args...)...)
 }
 
-// teardown deletes sandbox id from runsc and removes runsc's state for it,
-// the network namespace mount included. runsc run deletes its container
-// when it ends; only one killed or crashed first leaves a state file, and
-// only then does deleting it cost another runsc start.
-func teardown(runsc, id string) error {
-	root := filepath.Join(StateDir, "state", id)
+// teardown deletes the sandbox from runsc and removes runsc's state for
+// it, the network namespace mount included. runsc run deletes its
+// container when it ends; only one killed or crashed first leaves a state
+// file, and only then does deleting it cost another runsc start.
+func (b *bundle) teardown(runsc string) error {
+	root := b.runscRoot()
 	if states, _ := filepath.Glob(filepath.Join(root, "*.state")); len(states) > 0 {
-		out, err := runscCmd(runsc, id, "delete", "-force", id).CombinedOutput()
+		out, err := b.runsc(runsc, nil, "delete", "-force", b.id).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
 			return fmt.Errorf("runsc delete: %v: %s", err, strings.TrimSpace(string(out)))
 		}
@@ -312,20 +352,12 @@ func teardown(runsc, id string) error {
 	return os.RemoveAll(root)
 }
 
-func readUint(path string) (uint64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-}
-
 // writeBundle writes the OCI bundle: a read-only root of mount points, the
 // template's /etc and code files, and config.json.
-func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
+func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mount) error {
 	p := &spec.Policy
 	root := filepath.Join(b.dir, "rootfs")
-	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", "home/user"} { // mount points
+	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", layout.Home[1:]} { // mount points
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -340,22 +372,29 @@ func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
 		// gVisor's tmpfs cannot share one size limit between two mounts:
 		// each gets the disk limit.
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", p.DiskBytes)}},
-		{Destination: "/home/user", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700",
-			fmt.Sprintf("uid=%d", sandboxUID), fmt.Sprintf("gid=%d", sandboxGID), fmt.Sprintf("size=%d", p.DiskBytes)}},
+		{Destination: layout.Home, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700",
+			fmt.Sprintf("uid=%d", layout.UID), fmt.Sprintf("gid=%d", layout.GID), fmt.Sprintf("size=%d", p.DiskBytes)}},
 	}
-	for _, name := range namespaces.HostRootLinks() {
+	for _, name := range layout.HostRootLinks {
 		if fi, err := os.Lstat("/" + name); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			target, _ := os.Readlink("/" + name)
-			os.Symlink(target, filepath.Join(root, name))
+			target, err := os.Readlink("/" + name)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+				return err
+			}
 		}
 	}
-	etc, err := etcDir()
+	etc, err := etcDir(be.stateDir)
 	if err != nil {
 		return err
 	}
 	mounts = append(mounts, specs.Mount{Destination: "/etc", Type: "bind", Source: etc, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	if len(spec.Files) > 0 {
-		os.MkdirAll(filepath.Join(root, namespaces.CodeDir), 0o755)
+		if err := os.MkdirAll(filepath.Join(root, layout.CodeDir), 0o755); err != nil {
+			return err
+		}
 		code := filepath.Join(b.dir, "code")
 		if err := os.MkdirAll(code, 0o755); err != nil {
 			return err
@@ -365,7 +404,7 @@ func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
 				return err
 			}
 		}
-		mounts = append(mounts, specs.Mount{Destination: namespaces.CodeDir, Type: "bind", Source: code, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		mounts = append(mounts, specs.Mount{Destination: layout.CodeDir, Type: "bind", Source: code, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	for _, m := range p.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
@@ -378,12 +417,19 @@ func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
 		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
 	}
 	for _, m := range extra {
+		// A mount point of the source's kind: a file for a file.
 		dst := filepath.Join(root, m.Destination)
-		if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
-			os.MkdirAll(filepath.Dir(dst), 0o755)
-			os.WriteFile(dst, nil, 0o644)
-		} else {
-			os.MkdirAll(dst, 0o755)
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			err = os.MkdirAll(dst, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			err = os.WriteFile(dst, nil, 0o644)
+		}
+		if err != nil {
+			return err
 		}
 		mounts = append(mounts, m)
 	}
@@ -393,13 +439,13 @@ func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	cfg := specs.Spec{
 		Version:  specs.Version,
-		Hostname: namespaces.Hostname,
+		Hostname: layout.Hostname,
 		Root:     &specs.Root{Path: "rootfs", Readonly: true},
 		Process: &specs.Process{
 			Args: spec.Argv,
-			Env:  namespaces.DefaultEnv(p),
+			Env:  layout.Env(p),
 			Cwd:  p.Workdir,
-			User: specs.User{UID: sandboxUID, GID: sandboxGID, AdditionalGids: []uint32{sandboxGID}},
+			User: specs.User{UID: layout.UID, GID: layout.GID, AdditionalGids: []uint32{layout.GID}},
 			// No capability in any set, and none to be gained.
 			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}},
 			NoNewPrivileges: true,
@@ -433,11 +479,11 @@ func writeBundle(b *bundle, spec *namespaces.Spec, extra ...specs.Mount) error {
 
 // Cleanup removes the gVisor sandboxes of earlier, killed airlock runs:
 // bundles whose lock nobody holds, with their runsc state and cgroups.
-func Cleanup(runsc string) error {
+func (be *Backend) Cleanup(context.Context) error {
 	var errs []error
-	entries, _ := os.ReadDir(filepath.Join(StateDir, "bundles"))
+	entries, _ := os.ReadDir(filepath.Join(be.stateDir, "bundles"))
 	for _, e := range entries {
-		b := &bundle{id: e.Name(), dir: filepath.Join(StateDir, "bundles", e.Name()), cg: namespaces.LoadCgroup(e.Name())}
+		b := &bundle{id: e.Name(), dir: filepath.Join(be.stateDir, "bundles", e.Name()), stateDir: be.stateDir, cg: cgroups.Load(cgroups.Prefix + e.Name())}
 		f, err := os.OpenFile(filepath.Join(b.dir, "lock"), os.O_RDWR, 0)
 		if err == nil {
 			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
@@ -448,12 +494,12 @@ func Cleanup(runsc string) error {
 		} else if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
 			continue // being created
 		}
-		if err := b.remove(runsc); err != nil {
+		if err := b.remove(be.runsc); err != nil {
 			errs = append(errs, fmt.Errorf("leftover gVisor sandbox %s: %w", b.id, err))
 		}
 	}
 	// Half-built copies of /etc (etcDir) whose builder died.
-	partial, _ := filepath.Glob(filepath.Join(StateDir, "etc", ".new-*"))
+	partial, _ := filepath.Glob(filepath.Join(be.stateDir, "etc", ".new-*"))
 	for _, dir := range partial {
 		if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Minute {
 			os.RemoveAll(dir)

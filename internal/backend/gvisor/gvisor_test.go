@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,34 +10,34 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/backendtest"
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// runscPath finds runsc for the tests; make test builds it and sets
+// testBackend finds runsc for the tests; make test builds it and sets
 // AIRLOCK_RUNSC, so in CI these tests always run.
-func runscPath(t *testing.T) string {
+func testBackend(t *testing.T) *Backend {
 	t.Helper()
 	airlocktest.RequiresRoot(t)
 	p, err := FindRunsc("")
 	if err != nil {
 		t.Skipf("gVisor tests need runsc (make test builds it): %v", err)
 	}
-	return p
+	return New(p, DefaultStateDir, slog.New(slog.DiscardHandler))
 }
 
 type outcome struct {
-	*namespaces.Result
+	*backend.Result
 	stdout, stderr string
 }
 
 func sh(t *testing.T, p policy.Policy, script string) outcome {
 	t.Helper()
-	runsc := runscPath(t)
+	b := testBackend(t)
 	var stdout, stderr bytes.Buffer
-	spec := &namespaces.Spec{Policy: p, Argv: []string{"/bin/bash", "-c", script}, Stdout: &stdout, Stderr: &stderr}
-	res, err := Run(t.Context(), runsc, spec)
+	spec := &backend.Spec{Policy: p, Argv: []string{"/bin/bash", "-c", script}, Stdout: &stdout, Stderr: &stderr}
+	res, err := b.Run(t.Context(), spec)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -46,14 +47,14 @@ func sh(t *testing.T, p policy.Policy, script string) outcome {
 
 func checkNoLeftovers(t *testing.T) {
 	t.Helper()
-	if b, _ := os.ReadDir(filepath.Join(StateDir, "bundles")); len(b) > 0 {
+	if b, _ := os.ReadDir(filepath.Join(DefaultStateDir, "bundles")); len(b) > 0 {
 		t.Errorf("bundles left behind: %d", len(b))
 	}
 	if cg := airlocktest.Cgroups(); len(cg) > 0 {
 		t.Errorf("cgroups left behind: %v", cg)
 	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), StateDir) {
-		t.Errorf("mounts under %s left on the host", StateDir)
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), DefaultStateDir) {
+		t.Errorf("mounts under %s left on the host", DefaultStateDir)
 	}
 	if out, _ := exec.Command("pgrep", "-f", "runsc-sandbox").Output(); len(out) > 0 {
 		t.Errorf("gVisor sandbox processes left: %s", out)
@@ -62,7 +63,7 @@ func checkNoLeftovers(t *testing.T) {
 
 // The properties every backend must have, on gVisor.
 func TestIsolationProperties(t *testing.T) {
-	runscPath(t)
+	testBackend(t)
 	backendtest.Properties(t, func(t *testing.T, p policy.Policy, script string) backendtest.Outcome {
 		o := sh(t, p, script)
 		return backendtest.Outcome{ExitCode: o.ExitCode, Signal: o.Signal, TimedOut: o.TimedOut, OOMKilled: o.OOMKilled,

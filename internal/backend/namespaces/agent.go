@@ -3,38 +3,33 @@ package namespaces
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// AgentArg is the command-line argument that makes the airlock binary run
-// as a sandbox's agent.
-const AgentArg = "agent"
-
-// agentPath is where the airlock binary appears inside a sandbox.
-const agentPath = codeDir + "/bin/airlock"
-
-// AgentSandbox is a long-lived sandbox whose command is the airlock agent,
+// agentSandbox is a long-lived sandbox whose command is the airlock agent,
 // reachable through a unix socket on the host that only root can open.
-type AgentSandbox struct {
+type agentSandbox struct {
 	*Sandbox
 	socket string
 }
 
-// StartAgent starts a sandbox running the agent. The daemon creates the
+var _ backend.Instance = (*agentSandbox)(nil)
+
+// Start starts a sandbox running the agent. The daemon creates the
 // listening socket and hands it to the agent as its fd 3, so the agent
 // never needs a path of the host, and the sandbox's code never sees one.
-// The agent's log (its stderr) goes to log.
-func StartAgent(p policy.Policy, log io.Writer) (*AgentSandbox, error) {
-	if err := prepareStateDir(); err != nil {
+// The agent's log (its stderr) goes to the backend's log.
+func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance, error) {
+	if err := b.prepareStateDir(); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(StateDir, "agents")
+	dir := filepath.Join(b.stateDir, "agents")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
@@ -57,13 +52,16 @@ func StartAgent(p policy.Policy, log io.Writer) (*AgentSandbox, error) {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
 	defer lf.Close()
-	sb, err := Start(&Spec{
-		Policy:     p,
-		Argv:       []string{agentPath, AgentArg},
-		Stderr:     log,
-		Stdout:     log,
-		ExtraFiles: []*os.File{lf},
-		SelfMount:  agentPath,
+	log := backend.LineLog(b.log)
+	sb, err := b.start(ctx, &spec{
+		Spec: &backend.Spec{
+			Policy: p,
+			Argv:   []string{layout.AgentPath, "agent" /* agentproto.AgentArg after the merge */},
+			Stderr: log,
+			Stdout: log,
+		},
+		extraFiles: []*os.File{lf},
+		selfMount:  layout.AgentPath,
 		id:         id,
 		live:       true,
 	})
@@ -71,30 +69,40 @@ func StartAgent(p policy.Policy, log io.Writer) (*AgentSandbox, error) {
 		os.Remove(sock)
 		return nil, err
 	}
-	return &AgentSandbox{Sandbox: sb, socket: sock}, nil
+	return &agentSandbox{Sandbox: sb, socket: sock}, nil
 }
 
 // Dial connects to the agent.
-func (s *AgentSandbox) Dial(ctx context.Context) (net.Conn, error) {
+func (s *agentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", s.socket)
 }
 
+// Kill ends the sandbox; Wait removes it.
+func (s *agentSandbox) Kill(context.Context) error {
+	s.Sandbox.Kill()
+	return nil
+}
+
 // Wait waits for the sandbox to end and removes all of it, its socket too.
-func (s *AgentSandbox) Wait() (*Result, error) {
-	res, err := s.Sandbox.Wait()
+func (s *agentSandbox) Wait() error {
+	_, err := s.Sandbox.Wait()
 	os.Remove(s.socket)
-	return res, err
+	return err
 }
 
-// MemoryUsage is the sandbox's current memory use in bytes (0 if unknown).
-func (s *AgentSandbox) MemoryUsage() int64 {
-	st, _ := s.cg.stats()
-	return st.Memory
-}
+// Pause stops every process of the sandbox where it is (its cgroup's
+// freezer), until Resume.
+func (s *agentSandbox) Pause(ctx context.Context) error { return s.cg.Freeze(ctx, true) }
 
-// CPUUsage is the CPU time the sandbox has used so far (0 if unknown).
-func (s *AgentSandbox) CPUUsage() time.Duration {
-	st, _ := s.cg.stats()
-	return st.CPU
+// Resume restarts a paused sandbox.
+func (s *agentSandbox) Resume(ctx context.Context) error { return s.cg.Freeze(ctx, false) }
+
+// Usage is what the sandbox's cgroup has counted.
+func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
+	st, err := s.cg.Stats()
+	if err != nil {
+		return backend.Usage{}, fmt.Errorf("sandbox %s: %w", s.ID, err)
+	}
+	return backend.Usage{Memory: st.Memory, CPU: st.CPU}, nil
 }

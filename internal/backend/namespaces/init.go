@@ -17,6 +17,8 @@ import (
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -41,15 +43,6 @@ const (
 	statusExited  = 'X' // it ended; its wait status follows, 4 bytes little-endian
 )
 
-// Identities inside the sandbox.
-const (
-	sandboxUID = 1000
-	sandboxGID = 1000
-)
-
-// codeDir holds the code files of --file and --code, read-only.
-const codeDir = "/.airlock"
-
 // initConfig is what the host tells init. It is trusted: it comes from the
 // airlock process that started init, over an inherited pipe.
 type initConfig struct {
@@ -61,18 +54,12 @@ type initConfig struct {
 	DiskBytes int64
 	Pids      int64
 	Mounts    []policy.Mount
-	Files     []File
+	Files     []backend.File
 	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
 	// host, follow firstExtraFD; the mount trees come next, one per
 	// Mounts entry, and then CommandFiles files for the command.
 	CgroupFiles  int
 	CommandFiles int
-}
-
-// File is a file that the host writes into the sandbox's codeDir.
-type File struct {
-	Name string
-	Data []byte
 }
 
 // Init is the sandbox's first process, pid 1 of its pid namespace. It
@@ -317,13 +304,13 @@ func dropPrivileges() error {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	// Groups before uid: changing groups needs the capability setuid drops.
-	if err := syscall.Setgroups([]int{sandboxGID}); err != nil {
+	if err := syscall.Setgroups([]int{layout.GID}); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
 	}
-	if err := syscall.Setresgid(sandboxGID, sandboxGID, sandboxGID); err != nil {
+	if err := syscall.Setresgid(layout.GID, layout.GID, layout.GID); err != nil {
 		return fmt.Errorf("setresgid: %w", err)
 	}
-	if err := syscall.Setresuid(sandboxUID, sandboxUID, sandboxUID); err != nil {
+	if err := syscall.Setresuid(layout.UID, layout.UID, layout.UID); err != nil {
 		return fmt.Errorf("setresuid: %w", err)
 	}
 	// Changing uids cleared the parent-death signal: arm it again, then
@@ -411,6 +398,3 @@ func setRlimits(c *initConfig) error {
 
 // IsInit reports whether this process was started as a sandbox init.
 func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == InitArg }
-
-// CodePath is where a code file named name appears inside the sandbox.
-func CodePath(name string) string { return codeDir + "/" + name }

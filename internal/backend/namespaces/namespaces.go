@@ -11,63 +11,57 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// Spec is one execution: what to run, under which policy, with which I/O.
-type Spec struct {
-	Policy policy.Policy
-	Argv   []string
-	Files  []File    // written read-only into /.airlock before the command starts
-	Stdin  io.Reader // nil: /dev/null
-	Stdout io.Writer // receives at most Policy.OutputLimit bytes
-	Stderr io.Writer // likewise
-	// ExtraFiles become the command's file descriptors 3, 4, …
-	ExtraFiles []*os.File
-	// SelfMount, when set, is where the airlock binary itself appears,
-	// read-only, inside the sandbox (to run the agent).
-	SelfMount string
+// Backend builds sandboxes from Linux namespaces. It keeps its lock files
+// and agent sockets in its state directory, which only host root uses.
+type Backend struct {
+	stateDir string
+	log      *slog.Logger
+}
 
-	id string // the sandbox id, when the caller chose it (StartAgent)
+var _ backend.Backend = (*Backend)(nil)
+
+// DefaultStateDir is the state directory of airlock run, which has no
+// daemon's state directory to use.
+const DefaultStateDir = "/run/airlock"
+
+// New returns the backend keeping its state in stateDir; agents' logs go
+// to log.
+func New(stateDir string, log *slog.Logger) *Backend {
+	return &Backend{stateDir: stateDir, log: log}
+}
+
+// Name is "namespaces".
+func (b *Backend) Name() string { return "namespaces" }
+
+// spec is an execution with what only this backend's own callers set.
+type spec struct {
+	*backend.Spec
+	// extraFiles become the command's file descriptors 3, 4, …
+	extraFiles []*os.File
+	// selfMount, when set, is where the airlock binary itself appears,
+	// read-only, inside the sandbox (to run the agent).
+	selfMount string
+	id        string // the sandbox id, when the caller chose it (Start)
 	// live: the sandbox serves (an agent) rather than runs one command;
 	// its CPU time can be read while it runs, and it can be paused.
 	live bool
 }
-
-// Result is what happened to the command. A non-zero exit, a signal, a
-// timeout or an OOM kill is a result, not an error.
-type Result struct {
-	ExitCode        int    // -1 when killed by a signal
-	Signal          string // e.g. "SIGKILL", empty when it exited
-	TimedOut        bool
-	OOMKilled       bool
-	StdoutTruncated bool
-	StderrTruncated bool
-	Duration        time.Duration
-	CPU             time.Duration
-	MaxMemoryBytes  int64
-}
-
-// SetupError means the sandbox could not be built, so nothing ran. Its
-// message names what failed; it does not come from user code.
-type SetupError struct{ Msg string }
-
-func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Msg }
-
-// ErrNotRoot is returned when the process lacks the privileges to build
-// sandboxes: mapping several ids into a user namespace and creating
-// cgroups need host root.
-var ErrNotRoot = errors.New("the namespaces backend needs root (it writes uid maps and creates cgroups)")
 
 // Each sandbox gets its own range of host ids: its root maps to the start
 // of the range (which also owns its user namespace) and its user to
@@ -119,105 +113,40 @@ func claimIDBase() (int, *os.File, error) {
 	return 0, nil, errors.New("no free host id range: too many sandboxes on this host")
 }
 
-// StateDir holds the lock files and agent sockets of running sandboxes;
-// only host root uses it.
-var StateDir = "/run/airlock"
-
 // RootMountDir is the empty directory every sandbox mounts its root on,
-// each inside its own mount namespace. Unlike StateDir it is fixed and
+// each inside its own mount namespace. Unlike the state directory it is fixed and
 // world-traversable: init reaches it as an unprivileged host uid.
 const RootMountDir = "/run/airlock-root"
-
-const hostname = "sandbox"
 
 // setupTimeout bounds how long building a sandbox may take.
 const setupTimeout = 30 * time.Second
 
-// defaultEnv is the environment every command starts with; Policy.Env adds
-// to and overrides it. Nothing of the host's environment leaks in, except
-// the OpenBLAS core-type settings that some CPUs need to compute correctly.
-func defaultEnv(p *policy.Policy) []string {
-	threads := max(1, int(p.CPUs+0.999))
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=/home/user",
-		"USER=user",
-		"LOGNAME=user",
-		"SHELL=/bin/bash",
-		"LANG=C.UTF-8",
-		"MPLBACKEND=Agg",
-		fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", threads),
-		fmt.Sprintf("OMP_NUM_THREADS=%d", threads),
-	}
-	for _, k := range []string{"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
-	return mergeEnv(env, p.Env)
-}
-
-// mergeEnv returns base with each KEY=VALUE of extra replacing or adding.
-func mergeEnv(base, extra []string) []string {
-	out := append([]string(nil), base...)
-	for _, kv := range extra {
-		k, _, _ := cut(kv)
-		replaced := false
-		for i, b := range out {
-			if bk, _, _ := cut(b); bk == k {
-				out[i], replaced = kv, true
-			}
-		}
-		if !replaced {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func cut(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
-}
-
 // Check reports whether sandboxes can be built here and spec is runnable,
 // without starting anything. Its errors are meant for the user.
-func Check(spec *Spec) error {
-	if err := spec.Policy.Validate(); err != nil {
+func (b *Backend) Check(spec *backend.Spec) error {
+	if err := backend.CheckSpec(spec); err != nil {
 		return err
-	}
-	if len(spec.Argv) == 0 {
-		return errors.New("no command to run")
-	}
-	for _, f := range spec.Files {
-		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") {
-			return fmt.Errorf("file name %q is not a single path element", f.Name)
-		}
 	}
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
 	}
-	for _, m := range spec.Policy.Mounts {
-		if _, err := os.Stat(m.Source); err != nil {
-			return fmt.Errorf("mount source %s does not exist or is not accessible", m.Source)
-		}
-	}
 	return nil
 }
+
+// ErrNotRoot is returned when the process lacks the privileges to build
+// sandboxes: mapping several ids into a user namespace and creating
+// cgroups need host root.
+var ErrNotRoot = errors.New("the namespaces backend needs root (it writes uid maps and creates cgroups)")
 
 // Run executes spec in a new sandbox, under its policy's timeout, and
 // destroys the sandbox before returning. ctx cancellation kills the sandbox
 // like a timeout does, but is reported as ctx.Err().
-func Run(ctx context.Context, spec *Spec) (*Result, error) {
-	sb, err := Start(spec)
+func (b *Backend) Run(ctx context.Context, s *backend.Spec) (*backend.Result, error) {
+	sb, err := b.start(ctx, &spec{Spec: s})
 	if err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(spec.Policy.Timeout)
+	timer := time.NewTimer(s.Policy.Timeout)
 	defer timer.Stop()
 	timedOut := false
 	select {
@@ -247,28 +176,28 @@ type Sandbox struct {
 
 	lock           *runLock
 	uids           *os.File // holds the host id range (claimIDBase)
-	cg             cgroup
+	cg             *cgroups.Cgroup
 	cmd            *exec.Cmd
-	stdout, stderr *capped
+	stdout, stderr *backend.CappedWriter
 	started        time.Time
 	waitErr        error                // cmd.Wait's, valid once done is closed
 	done           chan struct{}        // closed when init has exited
 	exited         chan unix.WaitStatus // the command's status, as init reported it
 
 	waitOnce sync.Once
-	result   *Result
+	result   *backend.Result
 	err      error
 }
 
-// Start builds a sandbox for spec and starts its command. It returns once
-// the command runs, or with an error (a *SetupError when the sandbox could
-// not be built) after removing everything it created. Policy.Timeout is
-// not applied: the caller decides when the sandbox ends.
-func Start(spec *Spec) (*Sandbox, error) {
-	if err := Check(spec); err != nil {
+// start builds a sandbox for spec and starts its command. It returns once
+// the command runs, or with an error (a *backend.SetupError when the
+// sandbox could not be built) after removing everything it created.
+// Policy.Timeout is not applied: the caller decides when the sandbox ends.
+func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
+	if err := b.Check(spec.Spec); err != nil {
 		return nil, err
 	}
-	if err := prepareStateDir(); err != nil {
+	if err := b.prepareStateDir(); err != nil {
 		return nil, err
 	}
 	id := spec.id
@@ -278,7 +207,7 @@ func Start(spec *Spec) (*Sandbox, error) {
 			return nil, err
 		}
 	}
-	lock, err := lockRun(id)
+	lock, err := b.lockRun(id)
 	if err != nil {
 		return nil, err
 	}
@@ -287,16 +216,17 @@ func Start(spec *Spec) (*Sandbox, error) {
 		lock.release(true)
 		return nil, err
 	}
-	cg, err := newCgroup(id, &spec.Policy, spec.live)
+	p := &spec.Policy
+	cg, err := cgroups.New(cgroups.Prefix+id, cgroups.Limits{MemoryBytes: p.MemoryBytes, Pids: p.Pids, CPUs: p.CPUs}, spec.live)
 	if err != nil {
 		uids.Close()
 		lock.release(true)
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	sb := &Sandbox{ID: id, HostUID: base + sandboxUID, lock: lock, uids: uids, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
-	if err := sb.start(spec); err != nil {
+	sb := &Sandbox{ID: id, HostUID: base + layout.UID, lock: lock, uids: uids, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
+	if err := sb.start(ctx, spec); err != nil {
 		// Nothing of a sandbox that failed to start may remain.
-		kerr, derr := cg.kill(), cg.destroy()
+		kerr, derr := cg.Kill(), cg.Destroy()
 		if kerr == nil {
 			uids.Close()
 		}
@@ -318,28 +248,21 @@ func (s *Sandbox) Kill() {
 	case <-s.done:
 	default:
 		_ = s.cmd.Process.Kill()
-		_ = s.cg.freeze(false)
+		_ = s.cg.Freeze(context.Background(), false)
 	}
 }
-
-// Pause stops every process of the sandbox where it is, until Resume. Only
-// a live sandbox (an agent's) can be paused.
-func (s *Sandbox) Pause() error { return s.cg.freeze(true) }
-
-// Resume restarts a paused sandbox.
-func (s *Sandbox) Resume() error { return s.cg.freeze(false) }
 
 // Wait waits for the sandbox to end, removes what is left of it (its
 // cgroups, its lock) and returns how its command ended. It may be called
 // more than once and from several goroutines.
-func (s *Sandbox) Wait() (*Result, error) {
+func (s *Sandbox) Wait() (*backend.Result, error) {
 	s.waitOnce.Do(func() { s.result, s.err = s.finish() })
 	return s.result, s.err
 }
 
-func (s *Sandbox) finish() (*Result, error) {
+func (s *Sandbox) finish() (*backend.Result, error) {
 	<-s.done
-	res := &Result{Duration: time.Since(s.started)}
+	res := &backend.Result{Duration: time.Since(s.started)}
 	var errs []error
 	if s.waitErr != nil && !errors.As(s.waitErr, new(*exec.ExitError)) && !errors.Is(s.waitErr, exec.ErrWaitDelay) {
 		errs = append(errs, fmt.Errorf("wait: %w", s.waitErr))
@@ -357,21 +280,21 @@ func (s *Sandbox) finish() (*Result, error) {
 	// Init's rusage includes every descendant it or the kernel reaped,
 	// and at the end of a pid namespace that is every process in it.
 	res.CPU = s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
-	res.StdoutTruncated, res.StderrTruncated = s.stdout.truncated, s.stderr.truncated
+	res.StdoutTruncated, res.StderrTruncated = s.stdout.Truncated(), s.stderr.Truncated()
 	// Whatever happened, nothing of the sandbox may outlive it. Its host
 	// ids are free again once nothing runs as them.
-	if err := s.cg.kill(); err != nil {
+	if err := s.cg.Kill(); err != nil {
 		errs = append(errs, fmt.Errorf("kill sandbox %s: %w", s.ID, err))
 	} else {
 		s.uids.Close()
 	}
-	if st, err := s.cg.stats(); err == nil {
+	if st, err := s.cg.Stats(); err == nil {
 		res.MaxMemoryBytes = st.MaxMemory
 		// An OOM kill shows as SIGKILL plus the cgroup's oom_kill
 		// counter; memory.failcnt is not reliable on v1.
 		res.OOMKilled = st.OOMKills > 0 && res.Signal == "SIGKILL"
 	}
-	if err := s.cg.destroy(); err != nil {
+	if err := s.cg.Destroy(); err != nil {
 		errs = append(errs, fmt.Errorf("remove cgroup of %s: %w", s.ID, err))
 	}
 	// On failure the lock file stays, unlocked: the next Cleanup retries.
@@ -382,14 +305,14 @@ func (s *Sandbox) finish() (*Result, error) {
 	return res, nil
 }
 
-func (s *Sandbox) start(spec *Spec) error {
-	base := s.HostUID - sandboxUID
+func (s *Sandbox) start(ctx context.Context, spec *spec) error {
+	base := s.HostUID - layout.UID
 	p := &spec.Policy
 	cfg := initConfig{
 		Argv:      spec.Argv,
-		Env:       defaultEnv(p),
+		Env:       layout.Env(p),
 		Workdir:   p.Workdir,
-		Hostname:  hostname,
+		Hostname:  layout.Hostname,
 		RootDir:   RootMountDir,
 		DiskBytes: p.DiskBytes,
 		Pids:      p.Pids,
@@ -425,11 +348,11 @@ func (s *Sandbox) start(spec *Spec) error {
 				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 			UidMappings: []syscall.SysProcIDMap{
 				{ContainerID: 0, HostID: base, Size: 1},
-				{ContainerID: sandboxUID, HostID: base + sandboxUID, Size: 1},
+				{ContainerID: layout.UID, HostID: base + layout.UID, Size: 1},
 			},
 			GidMappings: []syscall.SysProcIDMap{
 				{ContainerID: 0, HostID: base, Size: 1},
-				{ContainerID: sandboxGID, HostID: base + sandboxGID, Size: 1},
+				{ContainerID: layout.GID, HostID: base + layout.GID, Size: 1},
 			},
 			// Without an explicit credential the child would keep host
 			// uid 0 (unmapped, but still the owner of root's files).
@@ -444,7 +367,7 @@ func (s *Sandbox) start(spec *Spec) error {
 		},
 	}
 	// Init must be born in, or join before it runs anything, its cgroups.
-	tasks, releaseCgroup, err := s.cg.enter(cmd.SysProcAttr)
+	tasks, releaseCgroup, err := s.cg.Enter(cmd.SysProcAttr)
 	if err != nil {
 		statusR.Close()
 		return fmt.Errorf("cgroup: %w", err)
@@ -453,8 +376,8 @@ func (s *Sandbox) start(spec *Spec) error {
 	handed = append(handed, tasks...)
 	cfg.CgroupFiles = len(tasks)
 	mounts := p.Mounts
-	if spec.SelfMount != "" {
-		mounts = append(slices.Clip(mounts), policy.Mount{Source: "/proc/self/exe", Target: spec.SelfMount, ReadOnly: true})
+	if spec.selfMount != "" {
+		mounts = append(slices.Clip(mounts), policy.Mount{Source: "/proc/self/exe", Target: spec.selfMount, ReadOnly: true})
 	}
 	cfg.Mounts = mounts
 	mountFiles, err := openMounts(mounts)
@@ -463,16 +386,16 @@ func (s *Sandbox) start(spec *Spec) error {
 		statusR.Close()
 		return err
 	}
-	handed = append(handed, spec.ExtraFiles...)
-	cfg.CommandFiles = len(spec.ExtraFiles)
+	handed = append(handed, spec.extraFiles...)
+	cfg.CommandFiles = len(spec.extraFiles)
 	cmd.ExtraFiles = handed
 	cfgData, err := json.Marshal(&cfg)
 	if err != nil {
 		statusR.Close()
 		return err
 	}
-	s.stdout = newCapped(spec.Stdout, p.OutputLimit)
-	s.stderr = newCapped(spec.Stderr, p.OutputLimit)
+	s.stdout = backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
+	s.stderr = backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
 	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
 	if spec.Stdin != nil {
 		// Hide the *os.File behind a plain Reader so os/exec copies
@@ -508,18 +431,24 @@ func (s *Sandbox) start(spec *Spec) error {
 	cfgW.Close()
 
 	// Init reports 'R' once the command runs, or 'E' and why it could not.
-	// A setup that hangs is a failure too, not a hang of the caller.
+	// A setup that hangs is a failure too, not a hang of the caller, and
+	// so is one whose caller gave up (ctx).
 	statusR.SetReadDeadline(time.Now().Add(setupTimeout))
+	stop := context.AfterFunc(ctx, func() { statusR.SetReadDeadline(time.Now()) })
 	var first [1]byte
-	if _, err := io.ReadFull(statusR, first[:]); err != nil || first[0] != statusRunning {
+	_, err = io.ReadFull(statusR, first[:])
+	canceled := !stop()
+	if err != nil || first[0] != statusRunning {
 		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
 		switch {
+		case canceled && ctx.Err() != nil:
+			return abort(ctx.Err())
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			msg = []byte(fmt.Sprintf("init did not report within %s", setupTimeout))
 		case first[0] != statusFailed:
 			msg = []byte("init ended without a report")
 		}
-		return abort(&SetupError{Msg: string(msg)})
+		return abort(&backend.SetupError{Msg: string(msg)})
 	}
 	statusR.SetReadDeadline(time.Time{})
 	s.started = time.Now()
@@ -557,38 +486,6 @@ func openMounts(mounts []policy.Mount) ([]*os.File, error) {
 		}
 	}
 	return files, nil
-}
-
-// capped passes at most limit bytes to w and drops the rest, still
-// consuming it so the writer in the sandbox never blocks on a full pipe.
-type capped struct {
-	w         io.Writer
-	left      int64
-	truncated bool
-}
-
-func newCapped(w io.Writer, limit int64) *capped {
-	if w == nil {
-		w = io.Discard
-	}
-	return &capped{w: w, left: limit}
-}
-
-func (c *capped) Write(b []byte) (int, error) {
-	n := len(b)
-	if int64(len(b)) > c.left {
-		b = b[:c.left]
-		c.truncated = true
-	}
-	c.left -= int64(len(b))
-	if len(b) > 0 {
-		if _, err := c.w.Write(b); err != nil {
-			// The reader went away (a closed terminal, say): keep
-			// draining so the sandbox is not stalled, but stop writing.
-			c.w = io.Discard
-		}
-	}
-	return n, nil
 }
 
 func closeAll(files []*os.File) {

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -33,6 +38,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// testBackend keeps its state where airlock run does.
+var testBackend = New(DefaultStateDir, slog.New(slog.DiscardHandler))
+
 // testPolicy is the default policy with a shorter timeout, so a test that
 // goes wrong fails instead of hanging.
 func testPolicy() policy.Policy {
@@ -42,7 +50,7 @@ func testPolicy() policy.Policy {
 }
 
 type outcome struct {
-	*Result
+	*backend.Result
 	stdout, stderr string
 }
 
@@ -51,11 +59,11 @@ func runIn(t *testing.T, p policy.Policy, argv ...string) outcome {
 	t.Helper()
 	airlocktest.RequiresRoot(t)
 	var stdout, stderr bytes.Buffer
-	res, err := Run(t.Context(), &Spec{Policy: p, Argv: argv, Stdout: &stdout, Stderr: &stderr})
+	res, err := testBackend.Run(t.Context(), &backend.Spec{Policy: p, Argv: argv, Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		t.Fatalf("Run(%q): %v", argv, err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir)
+	airlocktest.CheckNoLeftovers(t, DefaultStateDir)
 	return outcome{res, stdout.String(), stderr.String()}
 }
 
@@ -170,18 +178,31 @@ func TestHostView(t *testing.T) {
 		f := strings.Fields(st["Uid"])
 		uid, _ := strconv.Atoi(f[0])
 		lo, hi := HostUIDs()
-		if len(f) != 4 || f[1] != f[0] || f[2] != f[0] || f[3] != f[0] || uid < lo || uid >= hi || (uid-lo)%hostIDRange != sandboxUID {
+		if len(f) != 4 || f[1] != f[0] || f[2] != f[0] || f[3] != f[0] || uid < lo || uid >= hi || (uid-lo)%hostIDRange != layout.UID {
 			t.Errorf("pid %d host uids %q, want all the same, user 1000 of a sandbox range in [%d, %d)", pid, st["Uid"], lo, hi)
 		}
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		for _, c := range v1Controllers(false) {
-			if !unifiedHierarchy() && !strings.Contains(string(cg), ":"+c+":/"+cgroupPrefix) {
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if !cgroups.Unified() && !inCgroup(string(cg), c, "/"+cgroups.Prefix) {
 				t.Errorf("pid %d is not in a sandbox %s cgroup:\n%s", pid, c, cg)
 			}
 		}
 		_ = killPid(pid)
 	}
 	<-done
+}
+
+// inCgroup reports whether a /proc/PID/cgroup listing puts the process
+// below prefix in the v1 hierarchy of controller (which may share its
+// hierarchy with others: "4:cpu,cpuacct:/airlock-…").
+func inCgroup(listing, controller, prefix string) bool {
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), controller) && strings.HasPrefix(f[2], prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func killPid(pid int) error {
@@ -530,10 +551,10 @@ func TestExitCodesAndSignals(t *testing.T) {
 func TestStdin(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	var stdout bytes.Buffer
-	res, err := Run(t.Context(), &Spec{
+	res, err := testBackend.Run(t.Context(), &backend.Spec{
 		Policy: testPolicy(),
-		Argv:   []string{"/usr/bin/python3", CodePath("echo.py")},
-		Files:  []File{{Name: "echo.py", Data: []byte("print(input().upper())")}},
+		Argv:   []string{"/usr/bin/python3", layout.CodePath("echo.py")},
+		Files:  []backend.File{{Name: "echo.py", Data: []byte("print(input().upper())")}},
 		Stdin:  strings.NewReader("hello\n"),
 		Stdout: &stdout,
 	})
@@ -544,22 +565,22 @@ func TestStdin(t *testing.T) {
 
 func TestSetupFailureIsAnError(t *testing.T) {
 	airlocktest.RequiresRoot(t)
-	_, err := Run(t.Context(), &Spec{Policy: testPolicy(), Argv: []string{"no-such-command"}})
+	_, err := testBackend.Run(t.Context(), &backend.Spec{Policy: testPolicy(), Argv: []string{"no-such-command"}})
 	if err == nil || !strings.Contains(err.Error(), `"no-such-command" not found`) {
 		t.Errorf("got %v, want a setup error naming the command", err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir)
+	airlocktest.CheckNoLeftovers(t, DefaultStateDir)
 }
 
 func TestContextCancelKills(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	_, err := Run(ctx, &Spec{Policy: testPolicy(), Argv: []string{"/bin/sleep", "60"}})
+	_, err := testBackend.Run(ctx, &backend.Spec{Policy: testPolicy(), Argv: []string{"/bin/sleep", "60"}})
 	if err != context.DeadlineExceeded {
 		t.Errorf("got %v, want context.DeadlineExceeded", err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir)
+	airlocktest.CheckNoLeftovers(t, DefaultStateDir)
 }
 
 // TestCleanupAfterCrash kills the airlock process (here a child process
@@ -592,10 +613,10 @@ func TestCleanupAfterCrash(t *testing.T) {
 	if len(airlocktest.Cgroups()) == 0 {
 		t.Fatal("expected the killed run's cgroups to remain until cleanup")
 	}
-	if err := Cleanup(); err != nil {
+	if err := testBackend.Cleanup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir)
+	airlocktest.CheckNoLeftovers(t, DefaultStateDir)
 }
 
 // TestHelperLongRun is not a test: TestCleanupAfterCrash runs it in a child.
@@ -603,7 +624,7 @@ func TestHelperLongRun(t *testing.T) {
 	if os.Getenv("AIRLOCK_HELPER") == "" {
 		t.Skip("helper for TestCleanupAfterCrash")
 	}
-	Run(context.Background(), &Spec{Policy: testPolicy(), Argv: []string{"/bin/sleep", "60"}})
+	testBackend.Run(context.Background(), &backend.Spec{Policy: testPolicy(), Argv: []string{"/bin/sleep", "60"}})
 }
 
 func TestInvalidUTF8Output(t *testing.T) {
@@ -624,13 +645,15 @@ func TestStartWithFilesAndSelf(t *testing.T) {
 	defer r.Close()
 	self, _ := os.Stat("/proc/self/exe")
 	var stdout bytes.Buffer
-	sb, err := Start(&Spec{
-		Policy:     testPolicy(),
-		Argv:       []string{"/bin/bash", "-c", `echo through-fd3 >&3; stat -c %s /.airlock/bin/airlock; touch /.airlock/bin/airlock 2>/dev/null && echo writable; read line; echo "$line"`},
-		Stdin:      strings.NewReader("from-stdin\n"),
-		Stdout:     &stdout,
-		ExtraFiles: []*os.File{w},
-		SelfMount:  "/.airlock/bin/airlock",
+	sb, err := testBackend.start(t.Context(), &spec{
+		Spec: &backend.Spec{
+			Policy: testPolicy(),
+			Argv:   []string{"/bin/bash", "-c", `echo through-fd3 >&3; stat -c %s /.airlock/bin/airlock; touch /.airlock/bin/airlock 2>/dev/null && echo writable; read line; echo "$line"`},
+			Stdin:  strings.NewReader("from-stdin\n"),
+			Stdout: &stdout,
+		},
+		extraFiles: []*os.File{w},
+		selfMount:  "/.airlock/bin/airlock",
 	})
 	w.Close()
 	if err != nil {
@@ -647,7 +670,7 @@ func TestStartWithFilesAndSelf(t *testing.T) {
 	if want := fmt.Sprintf("%d\nfrom-stdin\n", self.Size()); stdout.String() != want {
 		t.Errorf("stdout %q, want %q (binary size, then stdin; never writable)", stdout.String(), want)
 	}
-	airlocktest.CheckNoLeftovers(t, StateDir)
+	airlocktest.CheckNoLeftovers(t, DefaultStateDir)
 }
 
 // TestUserNamespaceOwner: the sandbox's user namespace belongs to an
@@ -658,7 +681,7 @@ func TestUserNamespaceOwner(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	r, w, _ := os.Pipe()
 	defer r.Close()
-	sb, err := Start(&Spec{Policy: testPolicy(), ExtraFiles: []*os.File{w}, Argv: []string{"/usr/bin/python3", "-c", `
+	sb, err := testBackend.start(t.Context(), &spec{extraFiles: []*os.File{w}, Spec: &backend.Spec{Policy: testPolicy(), Argv: []string{"/usr/bin/python3", "-c", `
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 fds = []
@@ -668,7 +691,7 @@ while True:
     fds.append(fd)
 os.write(3, b"%d\n" % len(fds))
 time.sleep(30)
-`}})
+`}}})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -695,8 +718,8 @@ time.sleep(30)
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&owner))); e != 0 {
 		t.Fatal(e)
 	}
-	if int(owner) != sb.HostUID-sandboxUID {
-		t.Errorf("user namespace owned by host uid %d, want the sandbox's %d", owner, sb.HostUID-sandboxUID)
+	if int(owner) != sb.HostUID-layout.UID {
+		t.Errorf("user namespace owned by host uid %d, want the sandbox's %d", owner, sb.HostUID-layout.UID)
 	}
 }
 
@@ -719,7 +742,7 @@ func TestNoLeakedFiles(t *testing.T) {
 func TestFileNamesAreSingleElements(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	for _, name := range []string{"../escape", "a/b", "..", ""} {
-		_, err := Run(t.Context(), &Spec{Policy: testPolicy(), Argv: []string{"/bin/true"}, Files: []File{{Name: name, Data: []byte("x")}}})
+		_, err := testBackend.Run(t.Context(), &backend.Spec{Policy: testPolicy(), Argv: []string{"/bin/true"}, Files: []backend.File{{Name: name, Data: []byte("x")}}})
 		if err == nil || !strings.Contains(err.Error(), "single path element") {
 			t.Errorf("file name %q: got %v, want a refusal", name, err)
 		}
@@ -797,42 +820,5 @@ func TestHostIDRangesAreExclusive(t *testing.T) {
 		other.Close()
 		delete(held, base)
 		break
-	}
-}
-
-// The hosts here are cgroup v1, so the v2 code cannot run against a real
-// unified hierarchy; this checks, on a plain directory, the files it
-// writes and how it reads the kernel's answers (formats from the kernel's
-// cgroup-v2 documentation).
-func TestCgroupV2Files(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "airlock-x")
-	p := policy.Default()
-	p.MemoryBytes, p.Pids, p.CPUs = 256<<20, 64, 0.5
-	g, err := newCgroupV2(dir, &p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for file, want := range map[string]string{
-		"memory.max": "268435456", "memory.swap.max": "0", "pids.max": "64", "cpu.max": "50000 100000",
-	} {
-		if got, _ := os.ReadFile(filepath.Join(dir, file)); string(got) != want {
-			t.Errorf("%s = %q, want %q", file, got, want)
-		}
-	}
-	for file, data := range map[string]string{
-		"memory.peak":    "9437184\n",
-		"memory.current": "4194304\n",
-		"memory.events":  "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
-		"cpu.stat":       "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 0\n",
-	} {
-		os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644)
-	}
-	st, err := g.stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := cgroupStats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 1, CPU: 1500 * time.Millisecond}
-	if st != want {
-		t.Errorf("stats %+v, want %+v", st, want)
 	}
 }

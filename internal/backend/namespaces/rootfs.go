@@ -7,21 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/layout"
 	"golang.org/x/sys/unix"
 )
-
-// hostEtc are the /etc entries the default template shares read-only:
-// what Python, numpy, matplotlib and TLS clients read at start. Entries
-// missing on the host are skipped; everything else in /etc stays hidden.
-var hostEtc = []string{
-	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "matplotlibrc",
-	"ssl", "ca-certificates", "localtime", "mime.types", "python3", "python3.11", "python3.12",
-	"python3.13", "bash.bashrc", "inputrc", "gai.conf",
-}
-
-// hostRootLinks are the merged-/usr top-level entries: symlinks on a
-// merged-/usr host, which the sandbox mirrors, or directories it shares.
-var hostRootLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // hostDevices are the only device nodes in the sandbox's /dev.
 var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
@@ -48,7 +36,7 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	r := rootBuilder{dir: dir}
 	r.mkdir("usr", 0o755)
 	r.bind("/usr", "usr", true)
-	for _, name := range hostRootLinks {
+	for _, name := range layout.HostRootLinks {
 		r.mirror("/"+name, name)
 	}
 	// /etc is a tmpfs of its own, so that one recursive mount_setattr at
@@ -56,12 +44,12 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	// instead of one per entry: this is on every sandbox's start).
 	r.mkdir("etc", 0o755)
 	r.mount("airlock-etc", "etc", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755")
-	for _, name := range hostEtc {
+	for _, name := range layout.HostEtc {
 		if fi, err := os.Lstat("/etc/" + name); err == nil {
 			r.bindEntry("/etc/"+name, "etc/"+name, fi)
 		}
 	}
-	for name, content := range generatedEtc(c.Hostname) {
+	for name, content := range layout.GeneratedEtc() {
 		r.write("etc/"+name, content, 0o644)
 	}
 	r.setattr("etc", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
@@ -70,14 +58,14 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	r.buildDev()
 	r.mkdir("tmp", 0o1777)
 	r.mkdir("home", 0o755)
-	r.mkdir("home/user", 0o700)
-	r.chown("home/user", sandboxUID, sandboxGID)
+	r.mkdir(layout.Home[1:], 0o700)
+	r.chown(layout.Home[1:], layout.UID, layout.GID)
 	for i, m := range c.Mounts {
 		r.attach(firstMountFD+i, strings.TrimPrefix(m.Target, "/"))
 	}
-	r.mkdir(codeDir[1:], 0o755)
+	r.mkdir(layout.CodeDir[1:], 0o755)
 	for _, f := range c.Files {
-		r.write(codeDir[1:]+"/"+f.Name, f.Data, 0o444)
+		r.write(layout.CodeDir[1:]+"/"+f.Name, f.Data, 0o444)
 	}
 	if r.err != nil {
 		return r.err
@@ -331,26 +319,6 @@ func (r *rootBuilder) buildDev() {
 	r.symlink("/proc/self/fd/0", "dev/stdin")
 	r.symlink("/proc/self/fd/1", "dev/stdout")
 	r.symlink("/proc/self/fd/2", "dev/stderr")
-}
-
-// generatedEtc are the /etc files written for each sandbox instead of
-// taken from the host: its identities and its (absent) network.
-func generatedEtc(hostname string) map[string][]byte {
-	return map[string][]byte{
-		"passwd": []byte("root:x:0:0:root:/root:/bin/bash\n" +
-			"user:x:1000:1000:user:/home/user:/bin/bash\n" +
-			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
-		"group":         []byte("root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n"),
-		"hosts":         []byte("127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
-		"hostname":      []byte(hostname + "\n"),
-		"resolv.conf":   []byte("# no network in this sandbox\n"),
-		"nsswitch.conf": []byte("passwd: files\ngroup: files\nhosts: files\n"),
-		// Every command of the E2B SDK runs in a login shell (bash -l -c):
-		// the host's /etc/profile (forks of id, profile.d scripts) would
-		// cost each one milliseconds. The environment is already set.
-		"profile": []byte("# Airlock sandbox: the environment comes from the sandbox.\n" +
-			"if [ -n \"${BASH_VERSION-}\" ] && [ -n \"${PS1-}\" ] && [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi\n"),
-	}
 }
 
 // errNoLandlock marks a kernel without Landlock, the one protection that

@@ -1,6 +1,7 @@
 package namespaces
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,10 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"golang.org/x/sys/unix"
 )
 
-// Each running sandbox holds an exclusive flock on StateDir/runs/<id>.
+// Each running sandbox holds an exclusive flock on <state dir>/runs/<id>.
 // The kernel drops the lock when its holder dies, however it dies, so a
 // cgroup whose lock can be taken belongs to nobody and may be removed.
 
@@ -20,8 +22,8 @@ type runLock struct {
 	f    *os.File
 }
 
-func prepareStateDir() error {
-	if err := os.MkdirAll(filepath.Join(StateDir, "runs"), 0o700); err != nil {
+func (b *Backend) prepareStateDir() error {
+	if err := os.MkdirAll(filepath.Join(b.stateDir, "runs"), 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	// 0755: init, an unprivileged host uid, walks to it.
@@ -34,8 +36,8 @@ func prepareStateDir() error {
 // lockRun creates the locked file of sandbox id. The file is locked under a
 // temporary name and then renamed, so that under its final name it is
 // never seen unlocked while its owner lives.
-func lockRun(id string) (*runLock, error) {
-	dir := filepath.Join(StateDir, "runs")
+func (b *Backend) lockRun(id string) (*runLock, error) {
+	dir := filepath.Join(b.stateDir, "runs")
 	tmp, err := os.CreateTemp(dir, ".new-")
 	if err != nil {
 		return nil, fmt.Errorf("lock sandbox %s: %w", id, err)
@@ -66,11 +68,11 @@ func (l *runLock) release(remove bool) {
 // exists before its cgroup and is removed after it, so every leftover
 // cgroup has a lock file that nobody holds; live sandboxes, whose owners
 // hold their locks, are not touched.
-func Cleanup() error {
+func (b *Backend) Cleanup(context.Context) error {
 	if os.Geteuid() != 0 {
 		return nil // nothing of ours can exist without root
 	}
-	dir := filepath.Join(StateDir, "runs")
+	dir := filepath.Join(b.stateDir, "runs")
 	entries, _ := os.ReadDir(dir) // none: nothing ran with this state directory
 	var errs []error
 	for _, e := range entries {
@@ -92,19 +94,19 @@ func Cleanup() error {
 		}
 		// A temporary name (".new-…") never had a cgroup.
 		if !strings.HasPrefix(e.Name(), ".") {
-			cg := loadCgroup(e.Name())
-			if err := cg.kill(); err != nil {
+			cg := cgroups.Load(cgroups.Prefix + e.Name())
+			if err := cg.Kill(); err != nil {
 				errs = append(errs, fmt.Errorf("kill leftover sandbox %s: %w", e.Name(), err))
 				f.Close()
 				continue
 			}
-			if err := cg.destroy(); err != nil {
+			if err := cg.Destroy(); err != nil {
 				errs = append(errs, fmt.Errorf("remove leftover cgroup %s: %w", e.Name(), err))
 				f.Close()
 				continue
 			}
 		}
-		os.Remove(filepath.Join(StateDir, "agents", e.Name()+".sock"))
+		os.Remove(filepath.Join(b.stateDir, "agents", e.Name()+".sock"))
 		os.Remove(p)
 		f.Close()
 	}

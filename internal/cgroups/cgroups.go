@@ -1,8 +1,12 @@
-package namespaces
+// Package cgroups creates, limits, measures, freezes and removes the
+// control group of one sandbox, on cgroup v1 or v2 alike, so that no
+// backend ever branches on the version.
+package cgroups
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,8 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // This file drives cgroupfs directly instead of through containerd's
@@ -25,12 +27,20 @@ import (
 // sandbox, and the sandbox needs only a handful of files. What it writes is
 // the same interface runc and containerd write.
 
-// cgroupRoot is where both cgroup versions are mounted on the hosts we support.
-const cgroupRoot = "/sys/fs/cgroup"
+// Root is where both cgroup versions are mounted on the hosts we support.
+const Root = "/sys/fs/cgroup"
 
-// cgroupPrefix names every cgroup Airlock creates, so that a later start can
-// find the ones a crashed run left behind.
-const cgroupPrefix = "airlock-"
+// Prefix begins the name of every cgroup Airlock creates, so that a later
+// start can find the ones a crashed run left behind.
+const Prefix = "airlock-"
+
+// Limits are what a sandbox may use; every one is applied or the cgroup
+// is not made.
+type Limits struct {
+	MemoryBytes int64 // memory, with no swap beyond it
+	Pids        int64 // tasks: processes and threads
+	CPUs        float64
+}
 
 // v1Controllers lists the v1 hierarchies a sandbox joins: its three
 // limits; a live sandbox (one that serves, rather than runs one command)
@@ -61,7 +71,7 @@ func distinctHierarchies(names ...string) []string {
 	seen := map[string]bool{}
 	for _, c := range names {
 		c, optional := strings.CutSuffix(c, "?")
-		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupRoot, c))
+		dir, err := filepath.EvalSymlinks(filepath.Join(Root, c))
 		if err != nil && optional {
 			continue
 		}
@@ -76,17 +86,16 @@ func distinctHierarchies(names ...string) []string {
 	return list
 }
 
-// cgroupStats is what a finished sandbox consumed.
-type cgroupStats struct {
+// Stats is what a sandbox consumed.
+type Stats struct {
 	Memory    int64 // now
 	MaxMemory int64 // highest so far
 	OOMKills  uint64
 	CPU       time.Duration // used so far
 }
 
-// cgroup is one sandbox's control group, on whichever cgroup version the
-// host runs, so the rest of the backend never branches on v1/v2.
-type cgroup interface {
+// impl is one cgroup version's way of doing what Cgroup does.
+type impl interface {
 	// enter arranges for the sandbox's first process to be in the cgroup
 	// before it runs user code: on v2 by setting CLONE_INTO_CGROUP in
 	// attr; on v1 by returning the files that process writes itself into.
@@ -94,31 +103,30 @@ type cgroup interface {
 	enter(attr *syscall.SysProcAttr) (tasks []*os.File, release func(), err error)
 	// kill ends every process in the cgroup and returns once it is empty.
 	kill() error
-	stats() (cgroupStats, error)
+	stats() (Stats, error)
 	// destroy removes the cgroup; it must be empty.
 	destroy() error
 	// freeze stops (true) or restarts every process in the cgroup, and
 	// returns once the kernel says it is done.
-	freeze(bool) error
+	freeze(ctx context.Context, on bool) error
 }
 
-// unifiedHierarchy reports whether the host runs cgroup v2 only. A hybrid
+// Unified reports whether the host runs cgroup v2 only. A hybrid
 // host (v1 controllers plus an empty v2 mount, like ours) counts as v1.
-func unifiedHierarchy() bool {
+func Unified() bool {
 	var st unix.Statfs_t
-	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+	return unix.Statfs(Root, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
-// newCgroup creates the cgroup of sandbox id with p's limits, for a live
-// sandbox or a one-shot run (v1Controllers). It fails when any limit
-// cannot be applied: a sandbox never runs unlimited.
-func newCgroup(id string, p *policy.Policy, live bool) (cgroup, error) {
-	quota, period := cpuQuota(p)
-	mem := strconv.FormatInt(p.MemoryBytes, 10)
-	pids := strconv.FormatInt(p.Pids, 10)
-	name := cgroupPrefix + id
-	if unifiedHierarchy() {
-		return newCgroupV2(filepath.Join(cgroupRoot, name), p)
+// newImpl creates the cgroup name with l's limits, for a live sandbox or a
+// one-shot run (v1Controllers). It fails when any limit cannot be
+// applied: a sandbox never runs unlimited.
+func newImpl(name string, l Limits, live bool) (impl, error) {
+	quota, period := cpuQuota(l)
+	mem := strconv.FormatInt(l.MemoryBytes, 10)
+	pids := strconv.FormatInt(l.Pids, 10)
+	if Unified() {
+		return newV2(filepath.Join(Root, name), l)
 	}
 	g := cgroupV1{name: name, controllers: v1Controllers(live)}
 	limits := map[string][][2]string{
@@ -135,7 +143,7 @@ func newCgroup(id string, p *policy.Policy, live bool) (cgroup, error) {
 			return nil, fmt.Errorf("create cgroup: %w", err)
 		}
 		for _, kv := range limits[c] {
-			if err := writeCgroupFile(dir, kv[0], kv[1]); err != nil {
+			if err := writeFile(dir, kv[0], kv[1]); err != nil {
 				_ = g.destroy()
 				return nil, err
 			}
@@ -144,20 +152,20 @@ func newCgroup(id string, p *policy.Policy, live bool) (cgroup, error) {
 	return g, nil
 }
 
-// cpuQuota is p's CPU limit as a CFS quota per period, in µs.
-func cpuQuota(p *policy.Policy) (quota, period int64) {
+// cpuQuota is l's CPU limit as a CFS quota per period, in µs.
+func cpuQuota(l Limits) (quota, period int64) {
 	period = 100_000
-	return max(int64(p.CPUs*float64(period)), 1000), period // the kernel's minimum is 1 ms
+	return max(int64(l.CPUs*float64(period)), 1000), period // the kernel's minimum is 1 ms
 }
 
-// newCgroupV2 creates the cgroup v2 directory dir with p's limits.
-func newCgroupV2(dir string, p *policy.Policy) (cgroup, error) {
-	quota, period := cpuQuota(p)
+// newV2 creates the cgroup v2 directory dir with l's limits.
+func newV2(dir string, l Limits) (impl, error) {
+	quota, period := cpuQuota(l)
 	g := cgroupV2{dir: dir}
 	err := g.create([][2]string{
-		{"memory.max", strconv.FormatInt(p.MemoryBytes, 10)},
+		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
 		{"memory.swap.max", "0"},
-		{"pids.max", strconv.FormatInt(p.Pids, 10)},
+		{"pids.max", strconv.FormatInt(l.Pids, 10)},
 		{"cpu.max", fmt.Sprintf("%d %d", quota, period)},
 	})
 	if err != nil {
@@ -167,10 +175,13 @@ func newCgroupV2(dir string, p *policy.Policy) (cgroup, error) {
 	return g, nil
 }
 
-// waitCgroupFile polls file until done says its content is what it
-// waits for, for at most 5 s.
-func waitCgroupFile(dir, file string, done func(string) bool) error {
+// waitFile polls file until done says its content is what it waits for,
+// for at most 5 s or until ctx ends.
+func waitFile(ctx context.Context, dir, file string, done func(string) bool) error {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		data, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			return err
@@ -184,14 +195,14 @@ func waitCgroupFile(dir, file string, done func(string) bool) error {
 	}
 }
 
-func writeCgroupFile(dir, file string, value string) error {
+func writeFile(dir, file string, value string) error {
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
 		return fmt.Errorf("set cgroup %s: %w", file, err)
 	}
 	return nil
 }
 
-func readCgroupUint(dir, file string) (uint64, error) {
+func readUint(dir, file string) (uint64, error) {
 	data, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return 0, err
@@ -199,8 +210,8 @@ func readCgroupUint(dir, file string) (uint64, error) {
 	return strconv.ParseUint(string(bytes.TrimSpace(data)), 10, 64)
 }
 
-// readCgroupKey returns the value of "key N" in a flat-keyed cgroup file.
-func readCgroupKey(dir, file, key string) (uint64, error) {
+// readKey returns the value of "key N" in a flat-keyed cgroup file.
+func readKey(dir, file, key string) (uint64, error) {
 	data, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return 0, err
@@ -214,8 +225,8 @@ func readCgroupKey(dir, file, key string) (uint64, error) {
 	return 0, fmt.Errorf("%s: no %s", file, key)
 }
 
-// cgroupPIDs lists the processes in a cgroup directory's cgroup.procs.
-func cgroupPIDs(dir string) ([]int, error) {
+// pids lists the processes in a cgroup directory's cgroup.procs.
+func pids(dir string) ([]int, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
@@ -238,7 +249,7 @@ func killAll(dir string) error {
 	name := filepath.Base(dir)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids, err := cgroupPIDs(dir)
+		pids, err := pids(dir)
 		if errors.Is(err, os.ErrNotExist) || (err == nil && len(pids) == 0) {
 			return nil
 		}
@@ -274,9 +285,9 @@ func killInCgroup(pid int, cgroupName string) {
 	}
 }
 
-// rmdirCgroup removes a cgroup directory. The kernel can answer EBUSY for
+// rmdir removes a cgroup directory. The kernel can answer EBUSY for
 // a moment after the last process left, while it finishes tearing it down.
-func rmdirCgroup(dir string) error {
+func rmdir(dir string) error {
 	for i := 0; ; i++ {
 		err := unix.Rmdir(dir)
 		switch {
@@ -296,12 +307,16 @@ type cgroupV1 struct {
 }
 
 func (g cgroupV1) dir(controller string) string {
-	return filepath.Join(cgroupRoot, controller, g.name)
+	return filepath.Join(Root, controller, g.name)
 }
 
 func (g cgroupV1) enter(*syscall.SysProcAttr) ([]*os.File, func(), error) {
 	var files []*os.File
-	release := func() { closeAll(files) }
+	release := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
 	for _, c := range g.controllers {
 		f, err := os.OpenFile(filepath.Join(g.dir(c), "tasks"), os.O_WRONLY, 0)
 		if err != nil {
@@ -317,48 +332,49 @@ func (g cgroupV1) enter(*syscall.SysProcAttr) ([]*os.File, func(), error) {
 // die of SIGKILL until it runs again (and one that stays frozen makes
 // killAll fail). A one-shot run, or a leftover of one, has no freezer.
 func (g cgroupV1) kill() error {
-	_ = g.freeze(false)
+	_ = g.freeze(context.Background(), false)
 	return killAll(g.dir("pids"))
 }
 
-// errNotPausable: the sandbox is not in a freezer cgroup (a one-shot run).
-var errNotPausable = errors.New("this sandbox cannot be paused")
+// ErrNotPausable: the cgroup is not in a freezer hierarchy (a one-shot
+// run's, or the host mounts none).
+var ErrNotPausable = errors.New("this sandbox cannot be paused")
 
-func (g cgroupV1) freeze(on bool) error {
+func (g cgroupV1) freeze(ctx context.Context, on bool) error {
 	if !slices.Contains(g.controllers, "freezer") {
-		return errNotPausable
+		return ErrNotPausable
 	}
 	dir, want := g.dir("freezer"), "THAWED"
 	if on {
 		want = "FROZEN"
 	}
-	if err := writeCgroupFile(dir, "freezer.state", want); err != nil {
+	if err := writeFile(dir, "freezer.state", want); err != nil {
 		return err
 	}
 	// FREEZING until every task has stopped.
-	return waitCgroupFile(dir, "freezer.state", func(s string) bool { return s == want })
+	return waitFile(ctx, dir, "freezer.state", func(s string) bool { return s == want })
 }
 
-func (g cgroupV1) stats() (cgroupStats, error) {
+func (g cgroupV1) stats() (Stats, error) {
 	mem := g.dir("memory")
-	maxMem, err := readCgroupUint(mem, "memory.max_usage_in_bytes")
+	maxMem, err := readUint(mem, "memory.max_usage_in_bytes")
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
-	cur, err := readCgroupUint(mem, "memory.usage_in_bytes")
+	cur, err := readUint(mem, "memory.usage_in_bytes")
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
 	// memory.failcnt is not reliable on v1 (it stayed 0 after OOM kills
 	// here); the oom_kill counter is.
-	oom, err := readCgroupKey(mem, "memory.oom_control", "oom_kill")
+	oom, err := readKey(mem, "memory.oom_control", "oom_kill")
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
-	st := cgroupStats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}
+	st := Stats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}
 	// CPU time so far, where the sandbox has a cpuacct cgroup (a live
 	// one, or any where cpuacct shares the cpu hierarchy).
-	if cpu, err := readCgroupUint(g.dir("cpuacct"), "cpuacct.usage"); err == nil {
+	if cpu, err := readUint(g.dir("cpuacct"), "cpuacct.usage"); err == nil {
 		st.CPU = time.Duration(cpu) // ns
 	}
 	return st, nil
@@ -367,7 +383,7 @@ func (g cgroupV1) stats() (cgroupStats, error) {
 func (g cgroupV1) destroy() error {
 	var errs []error
 	for _, c := range g.controllers {
-		errs = append(errs, rmdirCgroup(g.dir(c)))
+		errs = append(errs, rmdir(g.dir(c)))
 	}
 	return errors.Join(errs...)
 }
@@ -381,8 +397,8 @@ func (g cgroupV2) create(limits [][2]string) error {
 		return fmt.Errorf("create cgroup: %w", err)
 	}
 	for _, kv := range limits {
-		if err := writeCgroupFile(g.dir, kv[0], kv[1]); err != nil {
-			return fmt.Errorf("%w (are the memory, pids and cpu controllers enabled in %s/cgroup.subtree_control?)", err, cgroupRoot)
+		if err := writeFile(g.dir, kv[0], kv[1]); err != nil {
+			return fmt.Errorf("%w (are the memory, pids and cpu controllers enabled in %s/cgroup.subtree_control?)", err, Root)
 		}
 	}
 	return nil
@@ -397,126 +413,108 @@ func (g cgroupV2) enter(attr *syscall.SysProcAttr) ([]*os.File, func(), error) {
 	return nil, func() { dir.Close() }, nil
 }
 
-func (g cgroupV2) freeze(on bool) error {
+func (g cgroupV2) freeze(ctx context.Context, on bool) error {
 	v, want := "0", "frozen 0"
 	if on {
 		v, want = "1", "frozen 1"
 	}
-	if err := writeCgroupFile(g.dir, "cgroup.freeze", v); err != nil {
+	if err := writeFile(g.dir, "cgroup.freeze", v); err != nil {
 		return err
 	}
-	return waitCgroupFile(g.dir, "cgroup.events", func(s string) bool { return slices.Contains(strings.Split(s, "\n"), want) })
+	return waitFile(ctx, g.dir, "cgroup.events", func(s string) bool { return slices.Contains(strings.Split(s, "\n"), want) })
 }
 
 func (g cgroupV2) kill() error {
 	// cgroup.kill (Linux 5.14) kills atomically, forks included.
-	if err := writeCgroupFile(g.dir, "cgroup.kill", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := writeFile(g.dir, "cgroup.kill", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return killAll(g.dir)
 }
 
-func (g cgroupV2) stats() (cgroupStats, error) {
-	peak, err := readCgroupUint(g.dir, "memory.peak") // Linux 5.19
+func (g cgroupV2) stats() (Stats, error) {
+	peak, err := readUint(g.dir, "memory.peak") // Linux 5.19
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
-	cur, err := readCgroupUint(g.dir, "memory.current")
+	cur, err := readUint(g.dir, "memory.current")
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
-	oom, err := readCgroupKey(g.dir, "memory.events", "oom_kill")
+	oom, err := readKey(g.dir, "memory.events", "oom_kill")
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
-	cpu, err := readCgroupKey(g.dir, "cpu.stat", "usage_usec")
+	cpu, err := readKey(g.dir, "cpu.stat", "usage_usec")
 	if err != nil {
-		return cgroupStats{}, err
+		return Stats{}, err
 	}
-	return cgroupStats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom, CPU: time.Duration(cpu) * time.Microsecond}, nil
+	return Stats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom, CPU: time.Duration(cpu) * time.Microsecond}, nil
 }
 
-func (g cgroupV2) destroy() error { return rmdirCgroup(g.dir) }
+func (g cgroupV2) destroy() error { return rmdir(g.dir) }
 
-// loadCgroup returns the cgroup of an existing sandbox, for cleanup: in
-// every hierarchy a sandbox may have joined.
-func loadCgroup(id string) cgroup {
-	if unifiedHierarchy() {
-		return cgroupV2{dir: filepath.Join(cgroupRoot, cgroupPrefix+id)}
-	}
-	return cgroupV1{name: cgroupPrefix + id, controllers: v1Controllers(true)}
-}
-
-// orphanAge is how old an empty sandbox cgroup must be before a sweep
-// removes it without a lock file to go by: older than any sandbox can take
-// between creating its cgroup and starting its init (setupTimeout).
-const orphanAge = 2 * setupTimeout
-
-// SweepOrphanCgroups removes empty sandbox cgroups that no lock file
-// accounts for, such as those of a state directory deleted while its
-// sandboxes ran. A cgroup that still has processes refuses rmdir, so a
-// live sandbox is never touched; a young one is left to its creator. It
-// reads every controller's top directory, so the daemon runs it at start,
-// not airlock run before each sandbox.
-func SweepOrphanCgroups() {
-	dirs := []string{cgroupRoot}
-	if !unifiedHierarchy() {
-		// Every hierarchy: gVisor sandboxes have cgroups in all of them.
-		dirs, _ = filepath.Glob(filepath.Join(cgroupRoot, "*"))
-	}
-	for _, d := range dirs {
-		entries, _ := os.ReadDir(d)
-		for _, e := range entries {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), cgroupPrefix) {
-				continue
-			}
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > orphanAge {
-				_ = unix.Rmdir(filepath.Join(d, e.Name()))
-			}
-		}
-	}
-}
-
-// Cgroup is a sandbox's cgroup for a backend whose sandbox joins it by
-// itself: gVisor's runsc is handed its path. Airlock creates and removes it
-// on both backends, so limits, statistics, kills and crash cleanup have
-// one implementation, and the cgroup outlives runsc's own bookkeeping
-// long enough to read what the sandbox consumed.
+// Cgroup is one sandbox's control group. Airlock creates and removes it
+// on every backend (gVisor's runsc is handed its path and joins it as it
+// finds it), so limits, statistics, kills and crash cleanup have one
+// implementation, and the cgroup outlives a runtime's own bookkeeping long
+// enough to read what the sandbox consumed.
 type Cgroup struct {
-	g    cgroup
+	g    impl
 	name string
 }
 
-// CgroupStats is what a sandbox consumed.
-type CgroupStats = cgroupStats
-
-// NewCgroup creates the cgroup of sandbox id with p's limits, as a live
-// sandbox's: its CPU time can be read and it can be paused.
-func NewCgroup(id string, p *policy.Policy) (*Cgroup, error) {
-	g, err := newCgroup(id, p, true)
+// New creates cgroup name (Prefix and an id) with l's limits. A live
+// sandbox's (one that serves, rather than runs one command) also counts
+// CPU time as it goes and can be frozen.
+func New(name string, l Limits, live bool) (*Cgroup, error) {
+	g, err := newImpl(name, l, live)
 	if err != nil {
 		return nil, err
 	}
-	return &Cgroup{g: g, name: cgroupPrefix + id}, nil
+	return &Cgroup{g: g, name: name}, nil
 }
 
-// LoadCgroup returns the cgroup of an existing sandbox, for cleanup.
-func LoadCgroup(id string) *Cgroup { return &Cgroup{g: loadCgroup(id), name: cgroupPrefix + id} }
+// Load returns cgroup name as a sandbox may have left it, for cleanup: in
+// every hierarchy a sandbox may have joined.
+func Load(name string) *Cgroup {
+	if Unified() {
+		return &Cgroup{g: cgroupV2{dir: filepath.Join(Root, name)}, name: name}
+	}
+	return &Cgroup{g: cgroupV1{name: name, controllers: v1Controllers(true)}, name: name}
+}
 
 // Path is the cgroup's path below each hierarchy's root, the form of an
 // OCI spec's linux.cgroupsPath.
 func (c *Cgroup) Path() string { return "/" + c.name }
 
+// Enter arranges for a sandbox's first process to be in the cgroup before
+// it runs user code: on v2 by setting CLONE_INTO_CGROUP in attr; on v1 by
+// returning the "tasks" files that process writes itself into (v1 has no
+// way to be born in a cgroup). release closes what Enter opened, once the
+// process has started.
+func (c *Cgroup) Enter(attr *syscall.SysProcAttr) (tasks []*os.File, release func(), err error) {
+	return c.g.enter(attr)
+}
+
 // Stats reads what the sandbox consumed so far.
-func (c *Cgroup) Stats() (CgroupStats, error) { return c.g.stats() }
+func (c *Cgroup) Stats() (Stats, error) { return c.g.stats() }
 
-// Freeze stops every process in the cgroup (true) or restarts them.
-func (c *Cgroup) Freeze(on bool) error { return c.g.freeze(on) }
+// Freeze stops every process in the cgroup (true) or restarts them, and
+// returns once the kernel says it is done.
+func (c *Cgroup) Freeze(ctx context.Context, on bool) error { return c.g.freeze(ctx, on) }
 
-// Remove kills every process left in the cgroup and removes it, from
-// every hierarchy: runsc adds the cgroup to the ones Airlock leaves alone
-// (blkio, cpuset, devices, freezer…), and a runsc killed before it
-// recorded them leaves them to whoever removes the sandbox.
+// Kill ends every process in the cgroup and returns once it is empty.
+func (c *Cgroup) Kill() error { return c.g.kill() }
+
+// Destroy removes the cgroup from the hierarchies Airlock put it in; it
+// must be empty (Kill).
+func (c *Cgroup) Destroy() error { return c.g.destroy() }
+
+// Remove kills every process left in the cgroup and removes it from every
+// hierarchy: runsc adds the cgroup to ones Airlock leaves alone (blkio,
+// cpuset, devices, freezer…), and a runsc killed before it recorded them
+// leaves them to whoever removes the sandbox.
 func (c *Cgroup) Remove() error {
 	if err := c.g.kill(); err != nil {
 		return err
@@ -524,14 +522,40 @@ func (c *Cgroup) Remove() error {
 	if err := c.g.destroy(); err != nil {
 		return err
 	}
-	if unifiedHierarchy() {
+	if Unified() {
 		return nil
 	}
-	others, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", c.name))
+	others, _ := filepath.Glob(filepath.Join(Root, "*", c.name))
 	for _, dir := range others {
-		if err := rmdirCgroup(dir); err != nil {
+		if err := rmdir(dir); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// SweepOrphans removes empty sandbox cgroups older than minAge, such as
+// those of a state directory deleted while its sandboxes ran, which no
+// lock file accounts for. A cgroup that still has processes refuses
+// rmdir, so a live sandbox is never touched; minAge must exceed the time a
+// sandbox may take between creating its cgroup and starting its first
+// process. It reads every controller's top directory: a daemon runs it at
+// start, not airlock run before each sandbox.
+func SweepOrphans(minAge time.Duration) {
+	dirs := []string{Root}
+	if !Unified() {
+		// Every hierarchy: gVisor sandboxes have cgroups in all of them.
+		dirs, _ = filepath.Glob(filepath.Join(Root, "*"))
+	}
+	for _, d := range dirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), Prefix) {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > minAge {
+				_ = unix.Rmdir(filepath.Join(d, e.Name()))
+			}
+		}
+	}
 }

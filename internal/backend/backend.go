@@ -1,0 +1,126 @@
+// Package backend is the contract between Airlock's sandbox manager and its
+// isolation backends: what to run (Spec), what came of it (Result), and the
+// Backend and Instance interfaces that each backend implements.
+//
+// A backend only builds an isolated box and hands back a connection to the
+// agent inside it. Commands, files and the code interpreter then travel the
+// agent's protocol (package agentproto) on every backend alike, so that a
+// backend has only isolation to get right.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// Backend builds sandboxes of one kind of isolation.
+type Backend interface {
+	// Name is the backend's name in configuration: "namespaces", "gvisor".
+	Name() string
+	// Check reports whether this backend can build sandboxes here and
+	// run spec, without starting anything. Its errors are for the user.
+	Check(spec *Spec) error
+	// Run executes spec in a new sandbox under its policy's timeout and
+	// removes the sandbox before returning. A canceled ctx kills the
+	// sandbox like a timeout, but is reported as ctx.Err().
+	Run(ctx context.Context, spec *Spec) (*Result, error)
+	// Start starts a long-lived sandbox under p with the agent running
+	// inside. It returns once the box exists; the agent may still be
+	// starting (Instance.Dial waits for it).
+	Start(ctx context.Context, p policy.Policy) (Instance, error)
+	// Cleanup removes what sandboxes of earlier, dead processes left
+	// behind. Live sandboxes, of this process or another, are untouched.
+	Cleanup(ctx context.Context) error
+}
+
+// Instance is one box a Backend started.
+type Instance interface {
+	// Dial opens a connection to the agent inside.
+	Dial(ctx context.Context) (net.Conn, error)
+	// Done is closed when the box has ended, whatever the reason.
+	Done() <-chan struct{}
+	// Kill ends the box without waiting; a paused box dies too.
+	Kill(ctx context.Context) error
+	// Wait waits until the box has ended and removes what is left of it.
+	// Like exec.Cmd.Wait it takes no context: once the box is dying, its
+	// removal must finish, or something of it would leak.
+	Wait() error
+	// Usage measures what the box uses now, its runtime's own share
+	// (gVisor's kernel) included.
+	Usage(ctx context.Context) (Usage, error)
+	// Pause stops every process of the box where it is; Resume restarts
+	// them. Kill works on a paused box.
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Usage is what a box uses.
+type Usage struct {
+	Memory int64         // bytes in use now
+	CPU    time.Duration // CPU time used so far
+}
+
+// Spec is one execution: what to run, under which policy, with which I/O.
+type Spec struct {
+	Policy policy.Policy
+	Argv   []string
+	Files  []File    // written read-only into layout.CodeDir before the command starts
+	Stdin  io.Reader // nil: /dev/null
+	Stdout io.Writer // receives at most Policy.OutputLimit bytes
+	Stderr io.Writer // likewise
+}
+
+// File is a file the host places in the sandbox's layout.CodeDir.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Result is what happened to the command. A non-zero exit, a signal, a
+// timeout or an OOM kill is a result, not an error.
+type Result struct {
+	ExitCode        int    // -1 when killed by a signal
+	Signal          string // e.g. "SIGKILL", empty when it exited
+	TimedOut        bool
+	OOMKilled       bool
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration
+	CPU             time.Duration
+	MaxMemoryBytes  int64
+}
+
+// SetupError means the sandbox could not be built, so nothing ran. Its
+// message names what failed; it does not come from user code.
+type SetupError struct{ Msg string }
+
+func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Msg }
+
+// CheckSpec checks what every backend requires of a spec.
+func CheckSpec(spec *Spec) error {
+	if err := spec.Policy.Validate(); err != nil {
+		return err
+	}
+	if len(spec.Argv) == 0 {
+		return errors.New("no command to run")
+	}
+	for _, f := range spec.Files {
+		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") {
+			return fmt.Errorf("file name %q is not a single path element", f.Name)
+		}
+	}
+	for _, m := range spec.Policy.Mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			return fmt.Errorf("mount source %s does not exist or is not accessible", m.Source)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package cgroups
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Some hosts are cgroup v1 (hybrid), where the v2 code cannot run against a real
+// unified hierarchy; this checks, on a plain directory, the files it
+// writes and how it reads the kernel's answers (formats from the kernel's
+// cgroup-v2 documentation).
+func TestCgroupV2Files(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "airlock-x")
+	g, err := newV2(dir, Limits{MemoryBytes: 256 << 20, Pids: 64, CPUs: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"memory.max": "268435456", "memory.swap.max": "0", "pids.max": "64", "cpu.max": "50000 100000",
+	} {
+		if got, _ := os.ReadFile(filepath.Join(dir, file)); string(got) != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+	for file, data := range map[string]string{
+		"memory.peak":    "9437184\n",
+		"memory.current": "4194304\n",
+		"memory.events":  "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
+		"cpu.stat":       "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 0\n",
+	} {
+		os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644)
+	}
+	st, err := g.stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 1, CPU: 1500 * time.Millisecond}
+	if st != want {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+}

@@ -1,0 +1,202 @@
+// Package config is the daemon's configuration: its JSON schema, built-in
+// defaults and templates, and how a configuration becomes the sandbox
+// manager's.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Config is the daemon's configuration: built-in defaults, then the config
+// file, then environment variables, then flags (the last two are the
+// command's business).
+type Config struct {
+	Listen   string `json:"listen"`
+	StateDir string `json:"stateDir"`
+	Backend  string `json:"backend"`
+	Runsc    string `json:"runsc"`
+	// AllowRequestBackend lets a create request pick its backend
+	// ("backend": "gvisor"); both backends must then be usable.
+	AllowRequestBackend bool                `json:"allowRequestBackend"`
+	DefaultTimeout      Duration            `json:"defaultTimeout"`
+	MaxTimeout          Duration            `json:"maxTimeout"`
+	MaxSandboxes        int                 `json:"maxSandboxes"`
+	PoolMemoryBudget    Size                `json:"poolMemoryBudget"`
+	Templates           map[string]Template `json:"templates"`
+}
+
+// Template overrides a template's limits and pool size; a field that is
+// absent keeps the default, one that is present is validated.
+type Template struct {
+	Memory   *Size    `json:"memory"`
+	Pids     *int64   `json:"pids"`
+	CPUs     *float64 `json:"cpus"`
+	Disk     *Size    `json:"disk"`
+	PoolSize *int     `json:"poolSize"`
+	Backend  string   `json:"backend"` // this template's isolation, if not the server's
+}
+
+// Duration reads "30s" style strings in JSON.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration like \"300s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"300s\")", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Size reads "512M" style strings in JSON.
+type Size int64
+
+func (z *Size) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a size like \"512M\": %w", err)
+	}
+	v, err := policy.ParseSize(s)
+	*z = Size(v)
+	return err
+}
+
+// CodeInterpreter is the template whose sandboxes start a Python kernel
+// while they wait in the pool.
+const CodeInterpreter = "code-interpreter-v1"
+
+// Builtin are the templates every server has.
+var Builtin = []string{"base", CodeInterpreter}
+
+// PrestartEnv asks a sandbox's agent to start a kernel of the named
+// language before the sandbox is claimed (importing ipykernel alone costs
+// ~0.4 s). It is the agent protocol's agentproto.PrestartEnv.
+const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
+
+// Default is the configuration of a server started without one.
+func Default() Config {
+	return Config{
+		Listen:           "127.0.0.1:49982",
+		StateDir:         "/var/lib/airlock",
+		DefaultTimeout:   Duration(300 * time.Second),
+		MaxTimeout:       Duration(24 * time.Hour),
+		PoolMemoryBudget: Size(1 << 30),
+	}
+}
+
+// Load reads the config file at path over cfg. Unknown fields are refused:
+// a misspelt limit must not be silently ignored.
+func Load(path string, cfg *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %v", errors.Unwrap(err))
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return fmt.Errorf("config file %s: %v", path, err)
+	}
+	return nil
+}
+
+// Manager returns the sandbox manager's configuration for cfg. poolSize,
+// when not negative, sets every template's pool (a flag wins over the
+// file). backendFor returns the backend of a name ("" is the server's);
+// it is asked only for the backends cfg names.
+func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Backend, error)) (sandbox.Config, error) {
+	mc := sandbox.Config{
+		PoolMemoryBudget: int64(cfg.PoolMemoryBudget),
+		DefaultTTL:       time.Duration(cfg.DefaultTimeout),
+		MaxTTL:           time.Duration(cfg.MaxTimeout),
+		MaxSandboxes:     cfg.MaxSandboxes,
+	}
+	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
+		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")
+	}
+	for name := range cfg.Templates {
+		if !slices.Contains(Builtin, name) {
+			return mc, fmt.Errorf("unknown template %q in config (have %s)", name, strings.Join(Builtin, ", "))
+		}
+	}
+	for _, name := range Builtin {
+		t := sandbox.Template{Name: name, Policy: policy.Default(), PoolSize: 2}
+		if poolSize >= 0 {
+			t.PoolSize = poolSize
+		}
+		p := &t.Policy
+		if tc, ok := cfg.Templates[name]; ok {
+			if tc.Memory != nil {
+				p.MemoryBytes = int64(*tc.Memory)
+			}
+			if tc.Pids != nil {
+				p.Pids = *tc.Pids
+			}
+			if tc.CPUs != nil {
+				p.CPUs = *tc.CPUs
+			}
+			if tc.Disk != nil {
+				p.DiskBytes = int64(*tc.Disk)
+			}
+			if tc.PoolSize != nil && poolSize < 0 {
+				t.PoolSize = *tc.PoolSize
+			}
+			if tc.Backend != "" {
+				b, err := backendFor(tc.Backend)
+				if err != nil {
+					return mc, fmt.Errorf("template %s: %w", name, err)
+				}
+				t.Backend = b
+			}
+		}
+		if name == CodeInterpreter {
+			p.Env = append(p.Env, PrestartEnv+"=python")
+		}
+		if err := p.Validate(); err != nil {
+			return mc, fmt.Errorf("template %s: %w", name, err)
+		}
+		if t.PoolSize < 0 || t.PoolSize > 1000 {
+			return mc, fmt.Errorf("template %s: pool size %d is out of range", name, t.PoolSize)
+		}
+		mc.Templates = append(mc.Templates, t)
+	}
+	return mc, nil
+}
+
+// APIKey returns the key clients must present: AIRLOCK_API_KEY if set,
+// else the one stored in the state directory, created on first start.
+func APIKey(stateDir string) (string, error) {
+	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
+		return k, nil
+	}
+	path := filepath.Join(stateDir, "api-key")
+	if data, err := os.ReadFile(path); err == nil {
+		if k := strings.TrimSpace(string(data)); k != "" {
+			return k, nil
+		}
+	}
+	var b [20]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	k := "e2b_" + hex.EncodeToString(b[:])
+	if err := os.WriteFile(path, []byte(k+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store API key: %w", err)
+	}
+	return k, nil
+}
