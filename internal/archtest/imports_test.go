@@ -1,0 +1,140 @@
+package archtest
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/airlock-sandbox/airlock/"
+
+// allowed lists, for every package of the module, the module packages it
+// may import directly. A package missing here fails the test: a new
+// package takes its place in the architecture on purpose.
+//
+// The shape: edges (cmd, httpapi, mcp) → sandbox → backend → policy;
+// backends implement backend's contract and never import each other, the
+// manager or the edges; the agent, which runs inside every sandbox,
+// imports nothing daemon-side; policy, agentproto and cgroups are leaves.
+var allowed = map[string][]string{
+	"cmd/airlock": {"internal/agent", "internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
+		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
+		"internal/agentproto"},
+
+	"internal/policy":     {},
+	"internal/agentproto": {},
+	"internal/cgroups":    {},
+	"internal/layout":     {"internal/policy"},
+	"internal/backend":    {"internal/policy"},
+
+	"internal/backend/namespaces":  {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto"},
+	"internal/backend/gvisor":      {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto"},
+	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
+	"internal/backend/backendtest": {"internal/policy"},
+
+	"internal/agent":         {"internal/agent/jupyter", "internal/agentproto"},
+	"internal/agent/jupyter": {},
+
+	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
+	"internal/config":      {"internal/policy", "internal/sandbox"},
+	"internal/httpapi":     {"internal/sandbox", "internal/agentproto"},
+	"internal/mcp":         {"internal/sandbox", "internal/agentproto"},
+	"internal/airlocktest": {},
+	"internal/archtest":    {},
+}
+
+// TestImports checks every package's direct imports against allowed.
+func TestImports(t *testing.T) {
+	graph := imports(t)
+	for pkg, deps := range graph {
+		ok, known := allowed[pkg]
+		if !known {
+			t.Errorf("package %s is not in the architecture's table (internal/archtest): add it with what it may import", pkg)
+			continue
+		}
+		for _, d := range deps {
+			if !slices.Contains(ok, d) {
+				t.Errorf("%s imports %s, which the architecture forbids", pkg, d)
+			}
+		}
+	}
+}
+
+// TestAgentIsSelfContained: what runs inside every sandbox reaches nothing
+// daemon-side, however indirectly.
+func TestAgentIsSelfContained(t *testing.T) {
+	graph := imports(t)
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(p string) {
+		for _, d := range graph[p] {
+			if !seen[d] {
+				seen[d] = true
+				walk(d)
+			}
+		}
+	}
+	walk("internal/agent")
+	for d := range seen {
+		if d != "internal/agentproto" && !strings.HasPrefix(d, "internal/agent/") {
+			t.Errorf("the agent depends on %s", d)
+		}
+	}
+}
+
+// imports parses the module's non-test Go files and returns, for each
+// package directory, the module packages it imports.
+func imports(t *testing.T) map[string][]string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	graph := map[string][]string{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		if _, ok := graph[rel]; !ok {
+			graph[rel] = nil
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if dep, ok := strings.CutPrefix(p, module); ok && !slices.Contains(graph[rel], dep) {
+				graph[rel] = append(graph[rel], dep)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(graph) < 10 {
+		t.Fatalf("found only %d packages under %s", len(graph), root)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatal(err)
+	}
+	return graph
+}
