@@ -309,6 +309,7 @@ func TestServeCrashRecoveryGVisor(t *testing.T) {
 // SIGKILL ends it) is removed by the next start, on either backend.
 func TestServeCrashWhilePaused(t *testing.T) {
 	airlocktest.RequiresRoot(t)
+	airlocktest.RequiresFreezer(t)
 	for _, backend := range []string{"namespaces", "gvisor"} {
 		t.Run(backend, func(t *testing.T) {
 			if _, err := exec.LookPath("runsc"); backend == "gvisor" && err != nil && os.Getenv("AIRLOCK_RUNSC") == "" {
@@ -344,6 +345,7 @@ func TestServeCrashWhilePaused(t *testing.T) {
 // server's longest time to live has passed.
 func TestServePausedSandboxEndsAtMaxTimeout(t *testing.T) {
 	airlocktest.RequiresRoot(t)
+	airlocktest.RequiresFreezer(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "airlock.json")
 	os.WriteFile(cfg, []byte(`{"defaultTimeout": "2s", "maxTimeout": "6s", "templates": {"code-interpreter-v1": {"poolSize": 0}}}`), 0o644)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -78,3 +79,47 @@ func CheckNoLeftovers(t testing.TB, stateDir string) {
 		t.Errorf("mounts under %s left in the host mount namespace", stateDir)
 	}
 }
+
+// Hosts differ, even of one kind: a test that relies on a host feature
+// probes it with these first and says so when it skips.
+
+// CgroupV2 reports whether the host runs the unified cgroup hierarchy only.
+func CgroupV2() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}
+
+// CanFreeze reports whether sandboxes can be paused here: cgroup v2, or a
+// v1 freezer hierarchy.
+func CanFreeze() bool {
+	if CgroupV2() {
+		return true
+	}
+	_, err := os.Stat("/sys/fs/cgroup/freezer/freezer.state")
+	if err != nil {
+		_, err = os.Stat("/sys/fs/cgroup/freezer/cgroup.procs")
+	}
+	return err == nil
+}
+
+// RequiresFreezer skips t on a host where sandboxes cannot be paused.
+func RequiresFreezer(t testing.TB) {
+	t.Helper()
+	if !CanFreeze() {
+		t.Skip("this host has no freezer cgroup (neither cgroup v2 nor a v1 freezer hierarchy): sandboxes cannot be paused here")
+	}
+}
+
+// LandlockABI is the Landlock ABI version the kernel offers, 0 if none.
+func LandlockABI() int {
+	const createRulesetVersion = 1 << 0 // LANDLOCK_CREATE_RULESET_VERSION
+	v, _, errno := syscall.Syscall(sysLandlockCreateRuleset, 0, 0, createRulesetVersion)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// sysLandlockCreateRuleset is landlock_create_ruleset's number, the same
+// on every architecture (the syscall table is unified from 444 on).
+const sysLandlockCreateRuleset = 444

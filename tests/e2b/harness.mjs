@@ -54,3 +54,14 @@ export async function startServer(extraArgs = []) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// Hosts differ, even of one kind: a test that relies on a host feature
+// probes it first and says why it skips.
+const cgroupV2 = existsSync('/sys/fs/cgroup/cgroup.controllers')
+
+// Pausing needs cgroup v2 or a v1 freezer hierarchy.
+export const canPause = cgroupV2 || existsSync('/sys/fs/cgroup/freezer/cgroup.procs')
+export const noFreezer = !canPause && 'this host has no freezer cgroup: sandboxes cannot be paused here'
+
+// A sandbox's CPU time so far needs cgroup v2 or a v1 cpuacct hierarchy.
+export const countsCPU = cgroupV2 || existsSync('/sys/fs/cgroup/cpuacct/cgroup.procs')

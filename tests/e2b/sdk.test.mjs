@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
-import { startServer, sleep } from './harness.mjs'
+import { startServer, sleep, noFreezer, countsCPU } from './harness.mjs'
 
 let server
 before(async () => { server = await startServer() })
@@ -196,7 +196,8 @@ test('getMetrics: CPU, memory and disk in use', async () => {
     await sbx.getMetrics() // the CPU share is over the time since the last call
     await sbx.commands.run('head -c 20000000 /dev/zero > /home/user/blob && python3 -c "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"')
     const [m] = await sbx.getMetrics()
-    assert.ok(m.cpuUsedPct > 30 && m.cpuUsedPct <= 100, `cpuUsedPct ${m.cpuUsedPct} after a 1.5 s busy loop`)
+    if (countsCPU) assert.ok(m.cpuUsedPct > 30 && m.cpuUsedPct <= 100, `cpuUsedPct ${m.cpuUsedPct} after a 1.5 s busy loop`)
+    else assert.equal(m.cpuUsedPct, 0, 'no cpuacct cgroup on this host: no CPU share to report')
     assert.ok(m.memUsed > 0 && m.memUsed < m.memTotal, `memUsed ${m.memUsed} of ${m.memTotal}`)
     assert.ok(m.diskUsed >= 20_000_000 && m.diskUsed < m.diskTotal, `diskUsed ${m.diskUsed} of ${m.diskTotal}`)
     assert.equal(m.cpuCount, 1)
@@ -205,7 +206,7 @@ test('getMetrics: CPU, memory and disk in use', async () => {
   }
 })
 
-test('pause and connect: every process stops, memory and files stay', async () => {
+test('pause and connect: every process stops, memory and files stay', { skip: noFreezer }, async () => {
   const sbx = await Sandbox.create({ timeoutMs: 120_000 })
   try {
     await sbx.files.write('/home/user/note', 'kept')
