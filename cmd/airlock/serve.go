@@ -22,7 +22,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
@@ -281,7 +281,7 @@ func managerConfig(cfg *serveConfig, poolSize int) (sandbox.Config, error) {
 		if name == "code-interpreter-v1" {
 			// Its agent starts a Python kernel while the sandbox waits in
 			// the pool (importing ipykernel alone costs ~0.4 s).
-			p.Env = append(p.Env, agent.PrestartEnv+"=python")
+			p.Env = append(p.Env, agentproto.PrestartEnv+"=python")
 		}
 		if err := p.Validate(); err != nil {
 			return mc, fmt.Errorf("template %s: %w", name, err)
