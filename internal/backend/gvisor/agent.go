@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -24,8 +25,6 @@ import (
 const (
 	agentBin    = namespaces.CodeDir + "/bin/airlock"
 	agentRunDir = namespaces.CodeDir + "/run"
-	// AgentSocketEnv tells the agent where to listen instead of fd 3.
-	AgentSocketEnv = "AIRLOCK_AGENT_SOCKET"
 )
 
 // AgentSandbox is a long-lived gVisor sandbox running the agent.
@@ -65,8 +64,8 @@ func StartAgent(runsc string, p policy.Policy, log io.Writer) (*AgentSandbox, er
 		b.remove("")
 		return nil, err
 	}
-	p.Env = append(p.Env, AgentSocketEnv+"="+agentRunDir+"/agent.sock")
-	spec := &namespaces.Spec{Policy: p, Argv: []string{agentBin, namespaces.AgentArg}}
+	p.Env = append(p.Env, agentproto.SocketEnv+"="+agentRunDir+"/agent.sock")
+	spec := &namespaces.Spec{Policy: p, Argv: []string{agentBin, agentproto.AgentArg}}
 	err = writeBundle(b, spec,
 		specs.Mount{Destination: agentBin, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})

@@ -9,12 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
-
-// AgentArg is the command-line argument that makes the airlock binary run
-// as a sandbox's agent.
-const AgentArg = "agent"
 
 // agentPath is where the airlock binary appears inside a sandbox.
 const agentPath = codeDir + "/bin/airlock"
@@ -59,7 +56,7 @@ func StartAgent(p policy.Policy, log io.Writer) (*AgentSandbox, error) {
 	defer lf.Close()
 	sb, err := Start(&Spec{
 		Policy:     p,
-		Argv:       []string{agentPath, AgentArg},
+		Argv:       []string{agentPath, agentproto.AgentArg},
 		Stderr:     log,
 		Stdout:     log,
 		ExtraFiles: []*os.File{lf},
