@@ -64,6 +64,8 @@ bench-serve: deps build
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy
 	$(GO) test -run=^$$ -fuzz=FuzzParseMount -fuzztime=30s ./internal/policy
+	$(GO) test -run=^$$ -fuzz=FuzzReadEnvelope -fuzztime=30s ./internal/agentproto
+	$(GO) test -run=^$$ -fuzz=FuzzEnvelopeRoundTrip -fuzztime=30s ./internal/agentproto
 
 clean:
 	rm -rf bin

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 )
 
@@ -56,7 +57,7 @@ func run(args []string) error {
 		return serveCmd(args[1:])
 	case "mcp":
 		return mcpCmd(args[1:])
-	case "agent": // agentproto.AgentArg, after the merge
+	case agentproto.AgentArg:
 		// Inside a sandbox, started by its init: serve the envd protocol.
 		return agent.Main()
 	case "version", "--version":

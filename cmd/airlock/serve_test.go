@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 )
 
@@ -108,47 +108,27 @@ func sandboxHeaders(c created, token string) map[string]string {
 	return map[string]string{"E2b-Sandbox-Id": c.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
 }
 
-// run runs a shell command in the sandbox through the gateway, speaking
-// Connect's streaming framing by hand, and returns its stdout.
+// run runs a shell command in the sandbox through the gateway and
+// returns its stdout; the stream must end with its end of stream, without
+// an error.
 func (s *server) run(t *testing.T, c created, script string) string {
 	t.Helper()
-	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", script}}})
-	frame := append([]byte{0, 0, 0, 0, 0}, msg...)
-	binary.BigEndian.PutUint32(frame[1:5], uint32(len(msg)))
-	req, _ := http.NewRequest("POST", s.url+"/process.Process/Start", bytes.NewReader(frame))
-	req.Header.Set("Content-Type", "application/connect+json")
+	hdr := http.Header{}
 	for k, v := range sandboxHeaders(c, c.EnvdAccessToken) {
-		req.Header.Set(k, v)
+		hdr.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	agent := &agentproto.Client{Transport: http.DefaultTransport, URL: s.url, Header: hdr}
+	req := agentproto.StartRequest{Process: &agentproto.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}}
 	var stdout []byte
-	for {
-		var hdr [5]byte
-		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
-			t.Fatalf("stream ended without its end frame: %v", err)
+	for m, err := range agentproto.Stream[agentproto.StartResponse](t.Context(), agent, agentproto.StartProcedure, req, 0) {
+		if err != nil {
+			t.Fatalf("run %q: %v", script, err)
 		}
-		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
-		io.ReadFull(resp.Body, data)
-		if hdr[0]&2 != 0 {
-			if string(data) != "{}" {
-				t.Fatalf("stream error: %s", data)
-			}
-			return string(stdout)
-		}
-		var ev struct {
-			Event struct {
-				Data *struct{ Stdout []byte } `json:"data"`
-			} `json:"event"`
-		}
-		json.Unmarshal(data, &ev)
-		if ev.Event.Data != nil {
-			stdout = append(stdout, ev.Event.Data.Stdout...)
+		if m.Event != nil && m.Event.Data != nil {
+			stdout = append(stdout, m.Event.Data.Stdout...)
 		}
 	}
+	return string(stdout)
 }
 
 func TestServeAuthAndRouting(t *testing.T) {

@@ -16,33 +16,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
-
-// EnvdVersion is the envd version the agent implements; the SDKs switch
-// features on by it (0.5.7: default user, stdin flag, CloseStdin,
-// octet-stream uploads; not 0.6.x file metadata).
-const EnvdVersion = "0.5.7"
-
-// SetupPath is the agent's private endpoint: the daemon sets the
-// sandbox's environment through it when a sandbox is claimed. The gateway
-// never forwards a client's request under this prefix.
-const SetupPath = "/airlock/"
-
-// PrestartEnv names the environment variable through which a template
-// asks the agent to start a kernel of that language at once.
-const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
-
-// Setup is what the daemon tells the agent when it hands the sandbox out.
-type Setup struct {
-	EnvVars map[string]string `json:"envVars"`
-}
-
-// Disk is the agent's answer on SetupPath+"disk".
-type Disk struct {
-	// Used is what the sandbox's writable file systems (/tmp and the
-	// home directory, one or two) hold, in bytes.
-	Used int64 `json:"used"`
-}
 
 // Agent serves one sandbox.
 type Agent struct {
@@ -96,7 +72,7 @@ func (a *Agent) Handler() http.Handler {
 	envd := a.envdHandler()
 	interp := a.interp.handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
+		if r.Header.Get("E2b-Sandbox-Port") == agentproto.InterpreterPort {
 			interp.ServeHTTP(w, r)
 			return
 		}
@@ -107,12 +83,12 @@ func (a *Agent) Handler() http.Handler {
 func (a *Agent) envdHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	mux.HandleFunc("GET /files", a.getFile)
-	mux.HandleFunc("POST /files", a.postFile)
-	mux.HandleFunc("POST "+SetupPath+"setup", a.setup)
-	mux.HandleFunc("GET "+SetupPath+"disk", a.disk)
+	mux.HandleFunc("GET "+agentproto.FilesPath, a.getFile)
+	mux.HandleFunc("POST "+agentproto.FilesPath, a.postFile)
+	mux.HandleFunc("POST "+agentproto.SetupPath+"setup", a.setup)
+	mux.HandleFunc("GET "+agentproto.SetupPath+"disk", a.disk)
 
-	mux.Handle("/process.Process/Start", serverStream(a.processStart))
+	mux.Handle(agentproto.StartProcedure, serverStream(a.processStart))
 	mux.Handle("/process.Process/Connect", serverStream(a.processConnect))
 	mux.Handle("/process.Process/List", unary(a.processList))
 	mux.Handle("/process.Process/SendInput", unary(a.processSendInput))
@@ -120,13 +96,13 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.Handle("/process.Process/CloseStdin", unary(a.processCloseStdin))
 	mux.Handle("/process.Process/Update", unary(a.processUpdate))
 	mux.Handle("/process.Process/StreamInput", unary(func(context.Context, *http.Request, *empty) (*empty, error) {
-		return nil, errorf(CodeUnimplemented, "StreamInput is not implemented; use SendInput")
+		return nil, errorf(agentproto.CodeUnimplemented, "StreamInput is not implemented; use SendInput")
 	}))
 
 	mux.Handle("/filesystem.Filesystem/Stat", unary(a.fsStat))
 	mux.Handle("/filesystem.Filesystem/MakeDir", unary(a.fsMakeDir))
 	mux.Handle("/filesystem.Filesystem/Move", unary(a.fsMove))
-	mux.Handle("/filesystem.Filesystem/ListDir", unary(a.fsListDir))
+	mux.Handle(agentproto.ListDirProcedure, unary(a.fsListDir))
 	mux.Handle("/filesystem.Filesystem/Remove", unary(a.fsRemove))
 	mux.Handle("/filesystem.Filesystem/WatchDir", serverStream(a.fsWatchDir))
 	mux.Handle("/filesystem.Filesystem/CreateWatcher", unary(a.fsCreateWatcher))
@@ -136,7 +112,7 @@ func (a *Agent) envdHandler() http.Handler {
 }
 
 func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
-	var s Setup
+	var s agentproto.Setup
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&s); err != nil {
 		http.Error(w, "bad setup: "+err.Error(), http.StatusBadRequest)
 		return
@@ -148,7 +124,7 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
-	var d Disk
+	var d agentproto.Disk
 	seen := map[uint64]bool{} // one file system may hold both
 	for _, dir := range []string{"/tmp", a.home} {
 		var st unix.Stat_t
@@ -189,7 +165,7 @@ func Main() error {
 	// (gVisor), it names a path to listen on.
 	var ln net.Listener
 	var err error
-	if path := os.Getenv("AIRLOCK_AGENT_SOCKET"); path != "" {
+	if path := os.Getenv(agentproto.SocketEnv); path != "" {
 		ln, err = net.Listen("unix", path)
 	} else {
 		f := os.NewFile(3, "listener")
@@ -206,7 +182,7 @@ func Main() error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	a := New(log, home)
 	// A template that serves code starts its kernel now, in the pool.
-	if lang := os.Getenv(PrestartEnv); lang != "" {
+	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
 		go func() {
 			if err := a.interp.Prestart(lang); err != nil {
 				log.Warn("prestart kernel", "language", lang, "err", err)

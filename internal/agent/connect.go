@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,68 +11,39 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
-// This file serves the Connect protocol's JSON flavour, the subset the E2B
-// SDKs speak: unary calls (a JSON POST answered with JSON) and server
-// streams (5-byte-framed JSON messages, closed by an end-of-stream frame).
-// It is hand-written rather than generated with connect-go: the agent is
-// the same binary as the sandbox's init, started for every sandbox, and
-// protobuf-go's registry would add to every start (a comparable registry
-// measured 0.8 ms) for a wire format this small.
-
-// Code is a Connect error code.
-type Code string
-
-const (
-	CodeCanceled           Code = "canceled"
-	CodeUnknown            Code = "unknown"
-	CodeInvalidArgument    Code = "invalid_argument"
-	CodeDeadlineExceeded   Code = "deadline_exceeded"
-	CodeNotFound           Code = "not_found"
-	CodeAlreadyExists      Code = "already_exists"
-	CodePermissionDenied   Code = "permission_denied"
-	CodeResourceExhausted  Code = "resource_exhausted"
-	CodeFailedPrecondition Code = "failed_precondition"
-	CodeUnimplemented      Code = "unimplemented"
-	CodeInternal           Code = "internal"
-	CodeUnavailable        Code = "unavailable"
-)
+// This file serves the Connect protocol's JSON flavour as agentproto
+// describes it: unary calls and server streams.
 
 // httpStatus is the HTTP status of a unary error, per the Connect spec.
-var httpStatus = map[Code]int{
-	CodeCanceled: 499, CodeUnknown: 500, CodeInvalidArgument: 400, CodeDeadlineExceeded: 504,
-	CodeNotFound: 404, CodeAlreadyExists: 409, CodePermissionDenied: 403, CodeResourceExhausted: 429,
-	CodeFailedPrecondition: 400, CodeUnimplemented: 501, CodeInternal: 500, CodeUnavailable: 503,
+var httpStatus = map[agentproto.Code]int{
+	agentproto.CodeCanceled: 499, agentproto.CodeUnknown: 500, agentproto.CodeInvalidArgument: 400,
+	agentproto.CodeDeadlineExceeded: 504, agentproto.CodeNotFound: 404, agentproto.CodeAlreadyExists: 409,
+	agentproto.CodePermissionDenied: 403, agentproto.CodeResourceExhausted: 429, agentproto.CodeFailedPrecondition: 400,
+	agentproto.CodeUnimplemented: 501, agentproto.CodeInternal: 500, agentproto.CodeUnavailable: 503,
 }
 
-// Error is an RPC error with its Connect code. Its message reaches the
-// client, so it must not carry anything of the host (the agent sees only
-// the sandbox, which keeps that true by construction).
-type Error struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message,omitempty"`
+func errorf(code agentproto.Code, format string, args ...any) *agentproto.Error {
+	return &agentproto.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
-
-func errorf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// asError turns any error into an *Error; unknown ones become "internal".
-func asError(err error) *Error {
-	var e *Error
+// asError turns any error into an *agentproto.Error; unknown ones become
+// "internal".
+func asError(err error) *agentproto.Error {
+	var e *agentproto.Error
 	if errors.As(err, &e) {
 		return e
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Code: CodeDeadlineExceeded, Message: err.Error()}
+		return &agentproto.Error{Code: agentproto.CodeDeadlineExceeded, Message: err.Error()}
 	}
 	if errors.Is(err, context.Canceled) {
-		return &Error{Code: CodeCanceled, Message: err.Error()}
+		return &agentproto.Error{Code: agentproto.CodeCanceled, Message: err.Error()}
 	}
-	return &Error{Code: CodeInternal, Message: err.Error()}
+	return &agentproto.Error{Code: agentproto.CodeInternal, Message: err.Error()}
 }
 
 // maxMessage bounds one request message; the largest legitimate one is a
@@ -89,7 +59,7 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc, error
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms <= 0 {
-		return nil, nil, errorf(CodeInvalidArgument, "bad Connect-Timeout-Ms %q", v)
+		return nil, nil, errorf(agentproto.CodeInvalidArgument, "bad Connect-Timeout-Ms %q", v)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(ms)*time.Millisecond)
 	return ctx, cancel, nil
@@ -113,10 +83,10 @@ func unary[Req, Resp any](fn func(ctx context.Context, r *http.Request, req *Req
 
 func callUnary[Req, Resp any](r *http.Request, fn func(context.Context, *http.Request, *Req) (*Resp, error)) (*Resp, error) {
 	if r.Method != http.MethodPost {
-		return nil, errorf(CodeUnimplemented, "method %s not allowed", r.Method)
+		return nil, errorf(agentproto.CodeUnimplemented, "method %s not allowed", r.Method)
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		return nil, errorf(CodeUnimplemented, "content type %q is not supported: this server speaks the Connect JSON codec", ct)
+		return nil, errorf(agentproto.CodeUnimplemented, "content type %q is not supported: this server speaks the Connect JSON codec", ct)
 	}
 	ctx, cancel, err := requestContext(r)
 	if err != nil {
@@ -126,24 +96,18 @@ func callUnary[Req, Resp any](r *http.Request, fn func(context.Context, *http.Re
 	req := new(Req)
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxMessage+1))
 	if err != nil {
-		return nil, errorf(CodeInvalidArgument, "read request: %v", err)
+		return nil, errorf(agentproto.CodeInvalidArgument, "read request: %v", err)
 	}
 	if len(body) > maxMessage {
-		return nil, errorf(CodeResourceExhausted, "request larger than %d bytes", maxMessage)
+		return nil, errorf(agentproto.CodeResourceExhausted, "request larger than %d bytes", maxMessage)
 	}
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, req); err != nil {
-			return nil, errorf(CodeInvalidArgument, "decode request: %v", err)
+			return nil, errorf(agentproto.CodeInvalidArgument, "decode request: %v", err)
 		}
 	}
 	return fn(ctx, r, req)
 }
-
-// Frame flags of the Connect streaming envelope.
-const (
-	flagCompressed = 0x01
-	flagEndStream  = 0x02
-)
 
 // stream is the sending side of a server stream.
 type stream[Resp any] struct {
@@ -161,11 +125,7 @@ func (s *stream[Resp]) Send(m *Resp) error {
 }
 
 func (s *stream[Resp]) frame(flags byte, data []byte) error {
-	var hdr [5]byte
-	hdr[0] = flags
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(data)))
-	s.w.Write(hdr[:])
-	s.w.Write(data)
+	agentproto.WriteEnvelope(s.w, flags, data) // an error sticks to s.w
 	if err := s.w.Flush(); err != nil {
 		return err
 	}
@@ -185,55 +145,47 @@ func serverStream[Req, Resp any](fn func(ctx context.Context, r *http.Request, r
 		}
 		s := &stream[Resp]{w: bufio.NewWriter(w), fl: fl}
 		err := callStream(r, fn, s)
-		end := struct {
-			Error *Error `json:"error,omitempty"`
-		}{}
+		var end agentproto.EndStream
 		if err != nil {
 			end.Error = asError(err)
 		}
 		data, _ := json.Marshal(end)
-		s.frame(flagEndStream, data)
+		s.frame(agentproto.FlagEndStream, data)
 	}
 }
 
 func callStream[Req, Resp any](r *http.Request, fn func(context.Context, *http.Request, *Req, *stream[Resp]) error, s *stream[Resp]) error {
 	if r.Method != http.MethodPost {
-		return errorf(CodeUnimplemented, "method %s not allowed", r.Method)
+		return errorf(agentproto.CodeUnimplemented, "method %s not allowed", r.Method)
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/connect+json") {
-		return errorf(CodeUnimplemented, "content type %q is not supported: this server speaks the Connect JSON codec", ct)
+		return errorf(agentproto.CodeUnimplemented, "content type %q is not supported: this server speaks the Connect JSON codec", ct)
 	}
 	ctx, cancel, err := requestContext(r)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	var hdr [5]byte
-	if _, err := io.ReadFull(r.Body, hdr[:]); err != nil {
-		return errorf(CodeInvalidArgument, "read request frame: %v", err)
-	}
-	if hdr[0]&flagCompressed != 0 {
-		return errorf(CodeUnimplemented, "compressed messages are not supported")
-	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > maxMessage {
-		return errorf(CodeResourceExhausted, "request larger than %d bytes", maxMessage)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return errorf(CodeInvalidArgument, "read request: %v", err)
+	_, body, err := agentproto.ReadEnvelope(r.Body, maxMessage)
+	switch {
+	case err == agentproto.ErrCompressed:
+		return errorf(agentproto.CodeUnimplemented, "compressed messages are not supported")
+	case err == agentproto.ErrTooLarge:
+		return errorf(agentproto.CodeResourceExhausted, "request larger than %d bytes", maxMessage)
+	case err != nil:
+		return errorf(agentproto.CodeInvalidArgument, "read request: %v", err)
 	}
 	// Read the request to its end before answering: a server stream has
 	// one request message, and a request body still arriving while the
 	// response streams makes Go's server close the connection afterwards,
 	// under a proxy that is still sending (and then reading) on it.
 	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxMessage)); err != nil {
-		return errorf(CodeInvalidArgument, "read request: %v", err)
+		return errorf(agentproto.CodeInvalidArgument, "read request: %v", err)
 	}
 	req := new(Req)
-	if n > 0 {
+	if len(body) > 0 {
 		if err := json.Unmarshal(body, req); err != nil {
-			return errorf(CodeInvalidArgument, "decode request: %v", err)
+			return errorf(agentproto.CodeInvalidArgument, "decode request: %v", err)
 		}
 	}
 	return fn(ctx, r, req, s)

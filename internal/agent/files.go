@@ -10,14 +10,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // httpError writes envd's JSON error body with the status the SDK maps
 // (400 invalid, 401 auth, 404 not found, 507 no space).
-func httpError(w http.ResponseWriter, e *Error) {
-	status := map[Code]int{
-		CodeInvalidArgument: 400, CodeNotFound: 404, CodePermissionDenied: 403,
-		CodeResourceExhausted: 507, CodeAlreadyExists: 409, CodeFailedPrecondition: 400,
+func httpError(w http.ResponseWriter, e *agentproto.Error) {
+	status := map[agentproto.Code]int{
+		agentproto.CodeInvalidArgument: 400, agentproto.CodeNotFound: 404, agentproto.CodePermissionDenied: 403,
+		agentproto.CodeResourceExhausted: 507, agentproto.CodeAlreadyExists: 409, agentproto.CodeFailedPrecondition: 400,
 	}[e.Code]
 	if status == 0 {
 		status = 500
@@ -35,7 +37,7 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.Query().Get("path")
 	if path == "" {
-		httpError(w, errorf(CodeInvalidArgument, "no path given"))
+		httpError(w, errorf(agentproto.CodeInvalidArgument, "no path given"))
 		return
 	}
 	p := a.resolve(path)
@@ -51,7 +53,7 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if fi.IsDir() {
-		httpError(w, errorf(CodeInvalidArgument, "path '%s' is a directory", p))
+		httpError(w, errorf(agentproto.CodeInvalidArgument, "path '%s' is a directory", p))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -83,7 +85,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 	case "multipart/form-data":
 		mr, err := r.MultipartReader()
 		if err != nil {
-			httpError(w, errorf(CodeInvalidArgument, "multipart: %v", err))
+			httpError(w, errorf(agentproto.CodeInvalidArgument, "multipart: %v", err))
 			return
 		}
 		for {
@@ -92,7 +94,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			if err != nil {
-				httpError(w, errorf(CodeInvalidArgument, "multipart: %v", err))
+				httpError(w, errorf(agentproto.CodeInvalidArgument, "multipart: %v", err))
 				return
 			}
 			if part.FormName() != "file" {
@@ -117,7 +119,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Content-Encoding") == "gzip" {
 			gz, err := gzip.NewReader(r.Body)
 			if err != nil {
-				httpError(w, errorf(CodeInvalidArgument, "gzip: %v", err))
+				httpError(w, errorf(agentproto.CodeInvalidArgument, "gzip: %v", err))
 				return
 			}
 			defer gz.Close()
@@ -130,20 +132,20 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 		}
 		written = append(written, wf)
 	default:
-		httpError(w, errorf(CodeInvalidArgument, "content type %q: want multipart/form-data or application/octet-stream", mt))
+		httpError(w, errorf(agentproto.CodeInvalidArgument, "content type %q: want multipart/form-data or application/octet-stream", mt))
 		return
 	}
 	if len(written) == 0 {
-		httpError(w, errorf(CodeInvalidArgument, "no file in the request"))
+		httpError(w, errorf(agentproto.CodeInvalidArgument, "no file in the request"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(written)
 }
 
-func (a *Agent) writeFile(dest string, body io.Reader) (writtenFile, *Error) {
+func (a *Agent) writeFile(dest string, body io.Reader) (writtenFile, *agentproto.Error) {
 	if dest == "" {
-		return writtenFile{}, errorf(CodeInvalidArgument, "no path given for the file")
+		return writtenFile{}, errorf(agentproto.CodeInvalidArgument, "no path given for the file")
 	}
 	p := a.resolve(dest)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

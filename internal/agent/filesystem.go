@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // The agent runs inside the sandbox, after pivot_root: every path it
@@ -35,28 +37,28 @@ func (a *Agent) resolve(p string) string {
 }
 
 // fsError maps a file-system error to a Connect error naming the path.
-func fsError(path string, err error) *Error {
-	var e *Error
+func fsError(path string, err error) *agentproto.Error {
+	var e *agentproto.Error
 	if errors.As(err, &e) {
 		return e
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return errorf(CodeNotFound, "path '%s' does not exist", path)
+		return errorf(agentproto.CodeNotFound, "path '%s' does not exist", path)
 	case errors.Is(err, fs.ErrExist):
-		return errorf(CodeAlreadyExists, "path '%s' already exists", path)
+		return errorf(agentproto.CodeAlreadyExists, "path '%s' already exists", path)
 	case errors.Is(err, fs.ErrPermission):
-		return errorf(CodePermissionDenied, "permission denied: '%s'", path)
+		return errorf(agentproto.CodePermissionDenied, "permission denied: '%s'", path)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return errorf(CodeResourceExhausted, "no space left writing '%s'", path)
+		return errorf(agentproto.CodeResourceExhausted, "no space left writing '%s'", path)
 	case errors.Is(err, syscall.ENOTDIR):
-		return errorf(CodeInvalidArgument, "a parent of '%s' is not a directory", path)
+		return errorf(agentproto.CodeInvalidArgument, "a parent of '%s' is not a directory", path)
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return errorf(CodeInternal, "%s '%s': %v", pe.Op, path, pe.Err)
+		return errorf(agentproto.CodeInternal, "%s '%s': %v", pe.Op, path, pe.Err)
 	}
-	return errorf(CodeInternal, "'%s': %v", path, err)
+	return errorf(agentproto.CodeInternal, "'%s': %v", path, err)
 }
 
 var (
@@ -86,11 +88,11 @@ func idName(kind string, id uint32) string {
 }
 
 // entry describes path (which Lstat described as fi).
-func entry(path string, fi fs.FileInfo) *entryInfo {
-	e := &entryInfo{
+func entry(path string, fi fs.FileInfo) *agentproto.EntryInfo {
+	e := &agentproto.EntryInfo{
 		Name:         fi.Name(),
 		Path:         path,
-		Size:         int64s(fi.Size()),
+		Size:         agentproto.Int64(fi.Size()),
 		Mode:         uint32(fi.Mode().Perm()),
 		Permissions:  fi.Mode().String(),
 		ModifiedTime: fi.ModTime().UTC(),
@@ -109,19 +111,19 @@ func entry(path string, fi fs.FileInfo) *entryInfo {
 		if t, err := os.Stat(path); err == nil {
 			target = t
 		} else {
-			e.Type = fileTypeSymlink
+			e.Type = agentproto.FileTypeSymlink
 			return e
 		}
 	}
 	if target.IsDir() {
-		e.Type = fileTypeDirectory
+		e.Type = agentproto.FileTypeDirectory
 	} else {
-		e.Type = fileTypeFile
+		e.Type = agentproto.FileTypeFile
 	}
 	return e
 }
 
-func statEntry(path string) (*entryInfo, error) {
+func statEntry(path string) (*agentproto.EntryInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, fsError(path, err)
@@ -144,9 +146,9 @@ func (a *Agent) fsMakeDir(ctx context.Context, r *http.Request, req *pathRequest
 	p := a.resolve(req.Path)
 	if fi, err := os.Stat(p); err == nil {
 		if fi.IsDir() {
-			return nil, errorf(CodeAlreadyExists, "directory '%s' already exists", p)
+			return nil, errorf(agentproto.CodeAlreadyExists, "directory '%s' already exists", p)
 		}
-		return nil, errorf(CodeInvalidArgument, "path '%s' already exists and is not a directory", p)
+		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' already exists and is not a directory", p)
 	}
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return nil, fsError(p, err)
@@ -197,20 +199,20 @@ func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest)
 // files and the answer is one JSON message.
 const maxListEntries = 100_000
 
-func (a *Agent) fsListDir(ctx context.Context, r *http.Request, req *listDirRequest) (*listDirResponse, error) {
+func (a *Agent) fsListDir(ctx context.Context, r *http.Request, req *agentproto.ListDirRequest) (*agentproto.ListDirResponse, error) {
 	root := a.resolve(req.Path)
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fsError(root, err)
 	}
 	if !fi.IsDir() {
-		return nil, errorf(CodeInvalidArgument, "path '%s' is not a directory", root)
+		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
 	}
 	depth := int(req.Depth)
 	if depth < 1 {
 		depth = 1
 	}
-	resp := &listDirResponse{Entries: []*entryInfo{}}
+	resp := &agentproto.ListDirResponse{Entries: []*agentproto.EntryInfo{}}
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		des, err := os.ReadDir(dir)
@@ -222,7 +224,7 @@ func (a *Agent) fsListDir(ctx context.Context, r *http.Request, req *listDirRequ
 				return err
 			}
 			if len(resp.Entries) >= maxListEntries {
-				return errorf(CodeResourceExhausted, "more than %d entries under '%s'", maxListEntries, root)
+				return errorf(agentproto.CodeResourceExhausted, "more than %d entries under '%s'", maxListEntries, root)
 			}
 			p := filepath.Join(dir, de.Name())
 			info, err := de.Info()

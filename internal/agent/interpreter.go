@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent/jupyter"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
-// The code interpreter: E2B's port 49999. Each context is one Jupyter
-// kernel; an execution streams what the kernel produced as NDJSON lines.
-
-// InterpreterPort is the sandbox port the SDK addresses the interpreter at.
-const InterpreterPort = "49999"
+// The code interpreter: E2B's port 49999 (agentproto.InterpreterPort).
+// Each context is one Jupyter kernel; an execution streams what the
+// kernel produced as NDJSON lines (agentproto.ExecuteLine).
 
 // kernelEnv is added to every kernel's environment: figures are sent as
 // images (Jupyter's inline backend), not written by the Agg backend the
@@ -56,7 +55,7 @@ func newInterpreter(a *Agent) *interpreter {
 func (in *interpreter) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("OK")) })
-	mux.HandleFunc("POST /execute", in.execute)
+	mux.HandleFunc("POST "+agentproto.ExecutePath, in.execute)
 	mux.HandleFunc("POST /contexts", in.createContext)
 	mux.HandleFunc("GET /contexts", in.listContexts)
 	mux.HandleFunc("DELETE /contexts/{id}", in.deleteContext)
@@ -164,19 +163,12 @@ func (c *codeContext) close() {
 	}
 }
 
-type executeRequest struct {
-	Code      string            `json:"code"`
-	ContextID string            `json:"context_id"`
-	Language  string            `json:"language"`
-	EnvVars   map[string]string `json:"env_vars"`
-}
-
 // interruptGrace is how long a kernel has to come back after an interrupt
 // before it is replaced.
 const interruptGrace = 5 * time.Second
 
 func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
-	var req executeRequest
+	var req agentproto.ExecuteRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMessage)).Decode(&req); err != nil {
 		jsonError(w, http.StatusBadRequest, "invalid request: %v", err)
 		return

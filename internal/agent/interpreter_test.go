@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/agent/jupyter"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 func TestOutputLine(t *testing.T) {
@@ -32,6 +33,11 @@ func TestOutputLine(t *testing.T) {
 		json.Unmarshal(w, &wm)
 		if !reflect.DeepEqual(gm, wm) {
 			t.Errorf("%s %s:\n got  %s\n want %s", tc.typ, tc.content, g, w)
+		}
+		// The daemon reads the line as agentproto describes it.
+		var line agentproto.ExecuteLine
+		if err := json.Unmarshal(g, &line); err != nil || line.Type != got["type"] {
+			t.Errorf("%s: %s does not read as an agentproto.ExecuteLine (%v)", tc.typ, g, err)
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // Output is read and sent in chunks of at most this size, as envd does.
@@ -42,13 +44,13 @@ type process struct {
 	stdin   io.WriteCloser // nil when closed or never opened
 
 	mu   sync.Mutex
-	subs map[chan *processEvent]struct{}
+	subs map[chan *agentproto.ProcessEvent]struct{}
 	done chan struct{} // closed after the end event was delivered
 }
 
 func (t *processTable) find(sel *processSelector) (*process, error) {
 	if sel == nil || (sel.Pid == nil && sel.Tag == nil) {
-		return nil, errorf(CodeInvalidArgument, "no process selected")
+		return nil, errorf(agentproto.CodeInvalidArgument, "no process selected")
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -58,26 +60,26 @@ func (t *processTable) find(sel *processSelector) (*process, error) {
 		}
 	}
 	if sel.Pid != nil {
-		return nil, errorf(CodeNotFound, "process with pid %d not found", *sel.Pid)
+		return nil, errorf(agentproto.CodeNotFound, "process with pid %d not found", *sel.Pid)
 	}
-	return nil, errorf(CodeNotFound, "process with tag %q not found", *sel.Tag)
+	return nil, errorf(agentproto.CodeNotFound, "process with tag %q not found", *sel.Tag)
 }
 
 // subscribe attaches a new stream to p's events. The channel is closed
 // after the end event, or never if unsubscribe comes first. It fails once
 // p has ended.
-func (p *process) subscribe() (chan *processEvent, error) {
-	ch := make(chan *processEvent, 64)
+func (p *process) subscribe() (chan *agentproto.ProcessEvent, error) {
+	ch := make(chan *agentproto.ProcessEvent, 64)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.subs == nil {
-		return nil, errorf(CodeNotFound, "process %d has ended", p.info.Pid)
+		return nil, errorf(agentproto.CodeNotFound, "process %d has ended", p.info.Pid)
 	}
 	p.subs[ch] = struct{}{}
 	return ch, nil
 }
 
-func (p *process) unsubscribe(ch chan *processEvent) {
+func (p *process) unsubscribe(ch chan *agentproto.ProcessEvent) {
 	p.mu.Lock()
 	delete(p.subs, ch)
 	p.mu.Unlock()
@@ -86,9 +88,9 @@ func (p *process) unsubscribe(ch chan *processEvent) {
 // publish delivers ev to every attached stream. A stream that does not
 // keep up slows the process's output down (back-pressure, as in envd)
 // but never loses events; a detached stream is skipped.
-func (p *process) publish(ev *processEvent) {
+func (p *process) publish(ev *agentproto.ProcessEvent) {
 	p.mu.Lock()
-	subs := make([]chan *processEvent, 0, len(p.subs))
+	subs := make([]chan *agentproto.ProcessEvent, 0, len(p.subs))
 	for ch := range p.subs {
 		subs = append(subs, ch)
 	}
@@ -112,17 +114,17 @@ func (p *process) publish(ev *processEvent) {
 }
 
 // start launches cfg as the sandbox user and registers it.
-func (t *processTable) start(req *startRequest, deadline time.Duration) (*process, chan *processEvent, error) {
+func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duration) (*process, chan *agentproto.ProcessEvent, error) {
 	cfg := req.Process
 	if cfg == nil || cfg.Cmd == "" {
-		return nil, nil, errorf(CodeInvalidArgument, "no command")
+		return nil, nil, errorf(agentproto.CodeInvalidArgument, "no command")
 	}
 	cwd := t.a.home
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cwd = t.a.resolve(*cfg.Cwd)
 	}
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return nil, nil, errorf(CodeInvalidArgument, "cwd '%s' does not exist", cwd)
+		return nil, nil, errorf(agentproto.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
 	}
 	cmd := exec.Command(cfg.Cmd, cfg.Args...)
 	cmd.Dir = cwd
@@ -130,7 +132,7 @@ func (t *processTable) start(req *startRequest, deadline time.Duration) (*proces
 	p := &process{
 		info: processInfo{Config: cfg, Tag: req.Tag},
 		cmd:  cmd,
-		subs: map[chan *processEvent]struct{}{},
+		subs: map[chan *agentproto.ProcessEvent]struct{}{},
 		done: make(chan struct{}),
 	}
 	var outputs []*os.File // parent ends, read until EOF
@@ -139,7 +141,7 @@ func (t *processTable) start(req *startRequest, deadline time.Duration) (*proces
 	if req.Pty != nil {
 		master, slave, err := openPTY(req.Pty.Size)
 		if err != nil {
-			return nil, nil, errorf(CodeInternal, "open pty: %v", err)
+			return nil, nil, errorf(agentproto.CodeInternal, "open pty: %v", err)
 		}
 		childEnds = append(childEnds, slave)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
@@ -153,7 +155,7 @@ func (t *processTable) start(req *startRequest, deadline time.Duration) (*proces
 			r, w, err := os.Pipe()
 			if err != nil {
 				closeFiles(outputs)
-				return nil, nil, errorf(CodeInternal, "pipe: %v", err)
+				return nil, nil, errorf(agentproto.CodeInternal, "pipe: %v", err)
 			}
 			*set = w
 			childEnds = append(childEnds, w)
@@ -164,7 +166,7 @@ func (t *processTable) start(req *startRequest, deadline time.Duration) (*proces
 			r, w, err := os.Pipe()
 			if err != nil {
 				closeFiles(outputs)
-				return nil, nil, errorf(CodeInternal, "pipe: %v", err)
+				return nil, nil, errorf(agentproto.CodeInternal, "pipe: %v", err)
 			}
 			cmd.Stdin = r
 			childEnds = append(childEnds, r)
@@ -179,7 +181,7 @@ func (t *processTable) start(req *startRequest, deadline time.Duration) (*proces
 		if p.stdin != nil {
 			p.stdin.Close()
 		}
-		return nil, nil, errorf(CodeInvalidArgument, "start %s: %v", cfg.Cmd, errors.Unwrap(err))
+		return nil, nil, errorf(agentproto.CodeInvalidArgument, "start %s: %v", cfg.Cmd, errors.Unwrap(err))
 	}
 	p.info.Pid = uint32(cmd.Process.Pid)
 	t.mu.Lock()
@@ -206,7 +208,7 @@ func (t *processTable) run(p *process, outputs []*os.File, kill *time.Timer) {
 				n, err := f.Read(buf)
 				if n > 0 {
 					chunk := append([]byte(nil), buf[:n]...)
-					ev := &dataEvent{}
+					ev := &agentproto.DataEvent{}
 					switch {
 					case p.pty != nil:
 						ev.Pty = chunk
@@ -215,7 +217,7 @@ func (t *processTable) run(p *process, outputs []*os.File, kill *time.Timer) {
 					default:
 						ev.Stderr = chunk
 					}
-					p.publish(&processEvent{Data: ev})
+					p.publish(&agentproto.ProcessEvent{Data: ev})
 				}
 				if err != nil {
 					return
@@ -244,7 +246,7 @@ func (t *processTable) run(p *process, outputs []*os.File, kill *time.Timer) {
 	}
 	p.stdinMu.Unlock()
 
-	end := &endEvent{Status: "unknown"}
+	end := &agentproto.EndEvent{Status: "unknown"}
 	if waitErr != nil {
 		msg := waitErr.Error()
 		end.Error = &msg
@@ -259,7 +261,7 @@ func (t *processTable) run(p *process, outputs []*os.File, kill *time.Timer) {
 	t.mu.Lock()
 	delete(t.m, p.info.Pid)
 	t.mu.Unlock()
-	p.publish(&processEvent{End: end})
+	p.publish(&agentproto.ProcessEvent{End: end})
 	p.mu.Lock()
 	for ch := range p.subs {
 		close(ch)
@@ -284,9 +286,9 @@ func (p *process) signal(sig unix.Signal) error {
 
 // streamEvents sends the events of sub to s until the process ends, the
 // client goes away or ctx ends, with keepalives while nothing happens.
-func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *processEvent, s *stream[eventResponse]) error {
+func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *agentproto.ProcessEvent, s *stream[agentproto.StartResponse]) error {
 	defer p.unsubscribe(sub)
-	if err := s.Send(&eventResponse{Event: &processEvent{Start: &startEvent{Pid: p.info.Pid}}}); err != nil {
+	if err := s.Send(&agentproto.StartResponse{Event: &agentproto.ProcessEvent{Start: &agentproto.StartEvent{Pid: p.info.Pid}}}); err != nil {
 		return err
 	}
 	ka := time.NewTicker(keepaliveInterval(r))
@@ -297,14 +299,14 @@ func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *pr
 			if !ok {
 				return nil
 			}
-			if err := s.Send(&eventResponse{Event: ev}); err != nil {
+			if err := s.Send(&agentproto.StartResponse{Event: ev}); err != nil {
 				return err
 			}
 			if ev.End != nil {
 				return nil
 			}
 		case <-ka.C:
-			if err := s.Send(&eventResponse{Event: &processEvent{Keepalive: &empty{}}}); err != nil {
+			if err := s.Send(&agentproto.StartResponse{Event: &agentproto.ProcessEvent{Keepalive: &struct{}{}}}); err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -313,7 +315,7 @@ func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *pr
 	}
 }
 
-func (a *Agent) processStart(ctx context.Context, r *http.Request, req *startRequest, s *stream[eventResponse]) error {
+func (a *Agent) processStart(ctx context.Context, r *http.Request, req *agentproto.StartRequest, s *stream[agentproto.StartResponse]) error {
 	if err := a.checkUser(r); err != nil {
 		return err
 	}
@@ -328,7 +330,7 @@ func (a *Agent) processStart(ctx context.Context, r *http.Request, req *startReq
 	return streamEvents(ctx, r, p, sub, s)
 }
 
-func (a *Agent) processConnect(ctx context.Context, r *http.Request, req *connectRequest, s *stream[eventResponse]) error {
+func (a *Agent) processConnect(ctx context.Context, r *http.Request, req *connectRequest, s *stream[agentproto.StartResponse]) error {
 	p, err := a.procs.find(req.Process)
 	if err != nil {
 		return err
@@ -360,20 +362,20 @@ func (a *Agent) processSendInput(ctx context.Context, r *http.Request, req *send
 	}
 	if p.pty != nil {
 		if len(req.Input.Pty) == 0 && len(req.Input.Stdin) > 0 {
-			return nil, errorf(CodeFailedPrecondition, "process %d has a PTY: send input to the pty", p.info.Pid)
+			return nil, errorf(agentproto.CodeFailedPrecondition, "process %d has a PTY: send input to the pty", p.info.Pid)
 		}
 		if _, err := p.pty.Write(req.Input.Pty); err != nil {
-			return nil, errorf(CodeInternal, "write to pty: %v", err)
+			return nil, errorf(agentproto.CodeInternal, "write to pty: %v", err)
 		}
 		return &empty{}, nil
 	}
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.stdin == nil {
-		return nil, errorf(CodeFailedPrecondition, "stdin of process %d is not open", p.info.Pid)
+		return nil, errorf(agentproto.CodeFailedPrecondition, "stdin of process %d is not open", p.info.Pid)
 	}
 	if _, err := p.stdin.Write(req.Input.Stdin); err != nil {
-		return nil, errorf(CodeInternal, "write to stdin: %v", err)
+		return nil, errorf(agentproto.CodeInternal, "write to stdin: %v", err)
 	}
 	return &empty{}, nil
 }
@@ -384,7 +386,7 @@ func (a *Agent) processCloseStdin(ctx context.Context, r *http.Request, req *clo
 		return nil, err
 	}
 	if p.pty != nil {
-		return nil, errorf(CodeFailedPrecondition, "process %d has a PTY: send Ctrl-D (0x04) instead", p.info.Pid)
+		return nil, errorf(agentproto.CodeFailedPrecondition, "process %d has a PTY: send Ctrl-D (0x04) instead", p.info.Pid)
 	}
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
@@ -407,10 +409,10 @@ func (a *Agent) processSendSignal(ctx context.Context, r *http.Request, req *sen
 	case "SIGNAL_SIGTERM", "15":
 		sig = unix.SIGTERM
 	default:
-		return nil, errorf(CodeInvalidArgument, "unsupported signal %q", req.Signal)
+		return nil, errorf(agentproto.CodeInvalidArgument, "unsupported signal %q", req.Signal)
 	}
 	if err := p.signal(sig); err != nil {
-		return nil, errorf(CodeInternal, "signal process %d: %v", p.info.Pid, err)
+		return nil, errorf(agentproto.CodeInternal, "signal process %d: %v", p.info.Pid, err)
 	}
 	return &empty{}, nil
 }
@@ -422,17 +424,17 @@ func (a *Agent) processUpdate(ctx context.Context, r *http.Request, req *updateR
 	}
 	if req.Pty != nil && req.Pty.Size != nil {
 		if p.pty == nil {
-			return nil, errorf(CodeFailedPrecondition, "process %d has no PTY", p.info.Pid)
+			return nil, errorf(agentproto.CodeFailedPrecondition, "process %d has no PTY", p.info.Pid)
 		}
 		if err := setPTYSize(p.pty, req.Pty.Size); err != nil {
-			return nil, errorf(CodeInternal, "resize pty: %v", err)
+			return nil, errorf(agentproto.CodeInternal, "resize pty: %v", err)
 		}
 	}
 	return &empty{}, nil
 }
 
 // openPTY opens a new pseudo-terminal pair in the sandbox's devpts.
-func openPTY(size *ptySize) (master, slave *os.File, err error) {
+func openPTY(size *agentproto.PTYSize) (master, slave *os.File, err error) {
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, nil, err
@@ -462,7 +464,7 @@ func openPTY(size *ptySize) (master, slave *os.File, err error) {
 	return m, s, nil
 }
 
-func setPTYSize(f *os.File, size *ptySize) error {
+func setPTYSize(f *os.File, size *agentproto.PTYSize) error {
 	return unix.IoctlSetWinsize(int(f.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(size.Rows), Col: uint16(size.Cols)})
 }
 
@@ -488,6 +490,6 @@ func (a *Agent) checkUser(r *http.Request) error {
 	case "", "user":
 		return nil
 	default:
-		return errorf(CodePermissionDenied, "user %q is not available: commands in an Airlock sandbox run as \"user\"", strings.TrimSpace(u))
+		return errorf(agentproto.CodePermissionDenied, "user %q is not available: commands in an Airlock sandbox run as \"user\"", strings.TrimSpace(u))
 	}
 }

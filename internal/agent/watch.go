@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // watcher reports changes under a directory through inotify, recursively
@@ -33,11 +35,11 @@ func newWatcher(root string, recursive, includeEntry bool, emit func(filesystemE
 		return nil, fsError(root, err)
 	}
 	if !fi.IsDir() {
-		return nil, errorf(CodeInvalidArgument, "path '%s' is not a directory", root)
+		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
 	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return nil, errorf(CodeResourceExhausted, "inotify: %v", err)
+		return nil, errorf(agentproto.CodeResourceExhausted, "inotify: %v", err)
 	}
 	w := &watcher{
 		f: os.NewFile(uintptr(fd), "inotify"), root: root, recursive: recursive,
@@ -209,7 +211,7 @@ func (a *Agent) polled(id string) (*polledWatcher, error) {
 	defer a.watchersMu.Unlock()
 	pw, ok := a.watchers[id]
 	if !ok {
-		return nil, errorf(CodeNotFound, "watcher %q not found", id)
+		return nil, errorf(agentproto.CodeNotFound, "watcher %q not found", id)
 	}
 	return pw, nil
 }

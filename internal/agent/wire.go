@@ -1,73 +1,22 @@
 package agent
 
-import (
-	"encoding/json"
-	"strconv"
-	"time"
-)
+import "github.com/airlock-sandbox/airlock/internal/agentproto"
 
-// The envd messages, as proto3 JSON: lowerCamelCase names, int64 as a
-// string, bytes as base64, enums by name, zero values omitted. The schema
-// is E2B's process.proto and filesystem.proto (packages "process" and
-// "filesystem"); these are Airlock's own definitions of the same wire form.
-
-// int64s is an int64 that proto3 JSON writes as a string and reads either way.
-type int64s int64
-
-func (n int64s) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + strconv.FormatInt(int64(n), 10) + `"`), nil
-}
-
-func (n *int64s) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		var v int64
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
-		}
-		*n = int64s(v)
-		return nil
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	*n = int64s(v)
-	return err
-}
+// The envd messages only the agent reads or writes, in the wire form of
+// those the daemon shares (agentproto's envd.go says what that form is).
 
 // process.proto
 
-type ptySize struct {
-	Cols uint32 `json:"cols,omitempty"`
-	Rows uint32 `json:"rows,omitempty"`
-}
-
-type ptyConfig struct {
-	Size *ptySize `json:"size,omitempty"`
-}
-
-type processConfig struct {
-	Cmd  string            `json:"cmd"`
-	Args []string          `json:"args,omitempty"`
-	Envs map[string]string `json:"envs,omitempty"`
-	Cwd  *string           `json:"cwd,omitempty"`
-}
-
 type processInfo struct {
-	Config *processConfig `json:"config,omitempty"`
-	Pid    uint32         `json:"pid,omitempty"`
-	Tag    *string        `json:"tag,omitempty"`
+	Config *agentproto.ProcessConfig `json:"config,omitempty"`
+	Pid    uint32                    `json:"pid,omitempty"`
+	Tag    *string                   `json:"tag,omitempty"`
 }
 
 type listRequest struct{}
 
 type listResponse struct {
 	Processes []processInfo `json:"processes,omitempty"`
-}
-
-type startRequest struct {
-	Process *processConfig `json:"process"`
-	Pty     *ptyConfig     `json:"pty,omitempty"`
-	Tag     *string        `json:"tag,omitempty"`
-	Stdin   *bool          `json:"stdin,omitempty"`
 }
 
 type processSelector struct {
@@ -77,40 +26,10 @@ type processSelector struct {
 
 type updateRequest struct {
 	Process *processSelector `json:"process"`
-	Pty     *ptyConfig       `json:"pty,omitempty"`
+	Pty     *agentproto.PTY  `json:"pty,omitempty"`
 }
 
 type empty struct{}
-
-type startEvent struct {
-	Pid uint32 `json:"pid"`
-}
-
-type dataEvent struct {
-	Stdout []byte `json:"stdout,omitempty"`
-	Stderr []byte `json:"stderr,omitempty"`
-	Pty    []byte `json:"pty,omitempty"`
-}
-
-type endEvent struct {
-	ExitCode int32   `json:"exitCode"`
-	Exited   bool    `json:"exited"`
-	Status   string  `json:"status"`
-	Error    *string `json:"error,omitempty"`
-}
-
-// processEvent is a oneof: exactly one field is set.
-type processEvent struct {
-	Start     *startEvent `json:"start,omitempty"`
-	Data      *dataEvent  `json:"data,omitempty"`
-	End       *endEvent   `json:"end,omitempty"`
-	Keepalive *empty      `json:"keepalive,omitempty"`
-}
-
-// eventResponse is both StartResponse and ConnectResponse.
-type eventResponse struct {
-	Event *processEvent `json:"event"`
-}
 
 type connectRequest struct {
 	Process *processSelector `json:"process"`
@@ -137,48 +56,17 @@ type closeStdinRequest struct {
 
 // filesystem.proto
 
-type fileType string
-
-const (
-	fileTypeFile      fileType = "FILE_TYPE_FILE"
-	fileTypeDirectory fileType = "FILE_TYPE_DIRECTORY"
-	fileTypeSymlink   fileType = "FILE_TYPE_SYMLINK"
-)
-
-type entryInfo struct {
-	Name          string            `json:"name"`
-	Type          fileType          `json:"type,omitempty"`
-	Path          string            `json:"path"`
-	Size          int64s            `json:"size"`
-	Mode          uint32            `json:"mode"`
-	Permissions   string            `json:"permissions"`
-	Owner         string            `json:"owner"`
-	Group         string            `json:"group"`
-	ModifiedTime  time.Time         `json:"modifiedTime"`
-	SymlinkTarget *string           `json:"symlinkTarget,omitempty"`
-	Metadata      map[string]string `json:"metadata,omitempty"`
-}
-
 type pathRequest struct {
 	Path string `json:"path"`
 }
 
 type entryResponse struct {
-	Entry *entryInfo `json:"entry"`
+	Entry *agentproto.EntryInfo `json:"entry"`
 }
 
 type moveRequest struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
-}
-
-type listDirRequest struct {
-	Path  string `json:"path"`
-	Depth uint32 `json:"depth"`
-}
-
-type listDirResponse struct {
-	Entries []*entryInfo `json:"entries"`
 }
 
 type watchRequest struct {
@@ -198,9 +86,9 @@ const (
 )
 
 type filesystemEvent struct {
-	Name  string     `json:"name"`
-	Type  eventType  `json:"type"`
-	Entry *entryInfo `json:"entry,omitempty"`
+	Name  string                `json:"name"`
+	Type  eventType             `json:"type"`
+	Entry *agentproto.EntryInfo `json:"entry,omitempty"`
 }
 
 type watchDirResponse struct {

@@ -42,16 +42,26 @@ var allowed = map[string][]string{
 	"internal/agent/jupyter": {},
 
 	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
-	"internal/config":      {"internal/policy", "internal/sandbox"},
+	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto"},
 	"internal/httpapi":     {"internal/sandbox", "internal/agentproto"},
 	"internal/mcp":         {"internal/sandbox", "internal/agentproto"},
 	"internal/airlocktest": {},
 	"internal/archtest":    {},
 }
 
+// stdlibOnly are packages that import nothing outside the standard
+// library: the contract with the agent, which runs inside every sandbox,
+// and the policy, which parses outside input.
+var stdlibOnly = []string{"internal/agentproto", "internal/policy"}
+
 // TestImports checks every package's direct imports against allowed.
 func TestImports(t *testing.T) {
-	graph := imports(t)
+	graph, external := imports(t)
+	for _, pkg := range stdlibOnly {
+		if len(external[pkg]) > 0 {
+			t.Errorf("%s imports %v: it must use the standard library only", pkg, external[pkg])
+		}
+	}
 	for pkg, deps := range graph {
 		ok, known := allowed[pkg]
 		if !known {
@@ -69,7 +79,7 @@ func TestImports(t *testing.T) {
 // TestAgentIsSelfContained: what runs inside every sandbox reaches nothing
 // daemon-side, however indirectly.
 func TestAgentIsSelfContained(t *testing.T) {
-	graph := imports(t)
+	graph, _ := imports(t)
 	seen := map[string]bool{}
 	var walk func(string)
 	walk = func(p string) {
@@ -89,14 +99,15 @@ func TestAgentIsSelfContained(t *testing.T) {
 }
 
 // imports parses the module's non-test Go files and returns, for each
-// package directory, the module packages it imports.
-func imports(t *testing.T) map[string][]string {
+// package directory, the module packages it imports and the packages
+// outside the standard library and the module.
+func imports(t *testing.T) (graph, external map[string][]string) {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	graph := map[string][]string{}
+	graph, external = map[string][]string{}, map[string][]string{}
 	fset := token.NewFileSet()
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -121,8 +132,11 @@ func imports(t *testing.T) map[string][]string {
 		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
+			first, _, _ := strings.Cut(p, "/")
 			if dep, ok := strings.CutPrefix(p, module); ok && !slices.Contains(graph[rel], dep) {
 				graph[rel] = append(graph[rel], dep)
+			} else if !ok && strings.Contains(first, ".") {
+				external[rel] = append(external[rel], p)
 			}
 		}
 		return nil
@@ -136,5 +150,5 @@ func imports(t *testing.T) map[string][]string {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatal(err)
 	}
-	return graph
+	return graph, external
 }

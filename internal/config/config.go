@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -83,11 +84,6 @@ const CodeInterpreter = "code-interpreter-v1"
 
 // Builtin are the templates every server has.
 var Builtin = []string{"base", CodeInterpreter}
-
-// PrestartEnv asks a sandbox's agent to start a kernel of the named
-// language before the sandbox is claimed (importing ipykernel alone costs
-// ~0.4 s). It is the agent protocol's agentproto.PrestartEnv.
-const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
 
 // Default is the configuration of a server started without one.
 func Default() Config {
@@ -165,7 +161,9 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 			}
 		}
 		if name == CodeInterpreter {
-			p.Env = append(p.Env, PrestartEnv+"=python")
+			// Its agent starts a Python kernel while the sandbox waits in
+			// the pool (importing ipykernel alone costs ~0.4 s).
+			p.Env = append(p.Env, agentproto.PrestartEnv+"=python")
 		}
 		if err := p.Validate(); err != nil {
 			return mc, fmt.Errorf("template %s: %w", name, err)

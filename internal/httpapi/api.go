@@ -18,14 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
-)
-
-// Ports the SDKs address inside a sandbox (E2b-Sandbox-Port).
-const (
-	EnvdPort            = "49983"
-	CodeInterpreterPort = "49999"
 )
 
 // Server serves the API.
@@ -188,7 +182,7 @@ type sandboxJSON struct {
 func sandboxObject(sb *sandbox.Sandbox) sandboxJSON {
 	return sandboxJSON{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
-		EnvdVersion: agent.EnvdVersion, EnvdAccessToken: sb.AccessToken, TrafficAccessToken: &sb.TrafficToken,
+		EnvdVersion: agentproto.EnvdVersion, EnvdAccessToken: sb.AccessToken, TrafficAccessToken: &sb.TrafficToken,
 	}
 }
 
@@ -268,7 +262,7 @@ func item(sb *sandbox.Sandbox) listItem {
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: sb.CPUs,
 		MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: sb.Metadata,
-		State: state(sb), EnvdVersion: agent.EnvdVersion,
+		State: state(sb), EnvdVersion: agentproto.EnvdVersion,
 	}
 }
 
@@ -499,20 +493,20 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	port := r.Header.Get("E2b-Sandbox-Port")
-	if port != EnvdPort && port != CodeInterpreterPort { // both served by the agent
+	if port != agentproto.EnvdPort && port != agentproto.InterpreterPort { // both served by the agent
 		writeError(w, http.StatusBadGateway, "port %q of the sandbox is not served", port)
 		return
 	}
 	// envd needs the sandbox's access token; its other ports take the
 	// traffic token too (the SDKs send only that for some calls).
 	authorized := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
-		(port != EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
+		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
 	if !authorized {
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
 	}
 	// The agent's private endpoints are the daemon's alone.
-	if strings.HasPrefix(r.URL.Path, agent.SetupPath) {
+	if strings.HasPrefix(r.URL.Path, agentproto.SetupPath) {
 		writeError(w, http.StatusNotFound, "not found")
 		return
 	}
@@ -528,7 +522,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if r.URL.Path == "/process.Process/Start" {
+	if r.URL.Path == agentproto.StartProcedure {
 		s.m.Metrics().Execs.Add(1)
 	}
 	// Streams answer while their request may still be read (the

@@ -18,6 +18,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -242,22 +243,23 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCo
 	}
 	for _, r := range out.Results {
 		shown := false
-		for _, kind := range []string{"png", "jpeg"} {
-			if b64, ok := r[kind].(string); ok {
-				if data, err := decodeBase64(b64); err == nil {
-					res.Content = append(res.Content, &sdk.ImageContent{Data: data, MIMEType: "image/" + kind})
-					shown = true
-				}
+		for _, img := range []struct{ mime, b64 string }{{"image/png", r.PNG}, {"image/jpeg", r.JPEG}} {
+			if img.b64 == "" {
+				continue
+			}
+			if data, err := decodeBase64(img.b64); err == nil {
+				res.Content = append(res.Content, &sdk.ImageContent{Data: data, MIMEType: img.mime})
+				shown = true
 			}
 		}
-		for _, kind := range []string{"markdown", "html"} {
-			if v, ok := r[kind].(string); ok && !shown {
+		for _, v := range []string{r.Markdown, r.HTML} {
+			if v != "" && !shown {
 				text(v)
 				shown = true
 			}
 		}
-		if v, ok := r["text"].(string); ok && !shown {
-			text(v)
+		if !shown {
+			text(r.Text)
 		}
 	}
 	if out.Error != nil {
@@ -441,10 +443,10 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in lis
 	var b strings.Builder
 	for _, e := range entries {
 		kind := "file"
-		if e.Type == "FILE_TYPE_DIRECTORY" {
+		if e.Type == agentproto.FileTypeDirectory {
 			kind = "dir"
 		}
-		fmt.Fprintf(&b, "%s\t%s\t%s\n", kind, e.Size, e.Path)
+		fmt.Fprintf(&b, "%s\t%d\t%s\n", kind, e.Size, e.Path)
 	}
 	if b.Len() == 0 {
 		b.WriteString("(empty)")

@@ -1,29 +1,34 @@
 package mcp
 
 import (
-	"bytes"
-	"errors"
+	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"strings"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-func TestLimitedBodyFailsPastTheLimit(t *testing.T) {
-	big := bytes.Repeat([]byte("x"), maxResponse+10)
-	b := &limitedBody{r: io.LimitReader(bytes.NewReader(big), maxResponse+1), c: io.NopCloser(nil)}
-	n, err := io.Copy(io.Discard, b)
-	if !errors.Is(err, errResponseTooLarge) || n > maxResponse {
-		t.Fatalf("read %d bytes, err %v; want at most %d and errResponseTooLarge", n, err, maxResponse)
-	}
-	ok := &limitedBody{r: strings.NewReader("small"), c: io.NopCloser(nil)}
-	if data, err := io.ReadAll(ok); err != nil || string(data) != "small" {
-		t.Fatalf("small body: %q, %v", data, err)
+// TestFromAgent: what the agent reported reaches the model as it said
+// it; the daemon's own errors stay as they are.
+func TestFromAgent(t *testing.T) {
+	dial := fmt.Errorf("dial unix /var/lib/airlock/run/x.sock: connect: refused")
+	for _, c := range []struct {
+		err  error
+		want error
+	}{
+		{&agentproto.Error{Code: agentproto.CodeNotFound, Message: "path '/home/user/a' does not exist"}, agentError{"path '/home/user/a' does not exist"}},
+		{&agentproto.Error{Code: agentproto.CodeDeadlineExceeded, Message: "context deadline exceeded"}, context.DeadlineExceeded},
+		{fmt.Errorf("stream ended early: %w", agentproto.ErrTooLarge), errResponseTooLarge},
+		{dial, dial},
+		{nil, nil},
+	} {
+		if got := fromAgent(c.err); got != c.want {
+			t.Errorf("fromAgent(%v) = %#v, want %#v", c.err, got, c.want)
+		}
 	}
 }
 

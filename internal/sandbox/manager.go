@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -173,7 +173,7 @@ func (s *Sandbox) Usage(ctx context.Context) (Usage, error) {
 func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agent.SetupPath+"disk", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agentproto.SetupPath+"disk", nil)
 	if err != nil {
 		return 0
 	}
@@ -182,7 +182,7 @@ func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 		return 0
 	}
 	defer resp.Body.Close()
-	var d agent.Disk
+	var d agentproto.Disk
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&d) != nil {
 		return 0
 	}
@@ -444,8 +444,8 @@ func (m *Manager) setup(ctx context.Context, sb *Sandbox, env map[string]string)
 	if len(env) == 0 {
 		return nil
 	}
-	body, _ := json.Marshal(agent.Setup{EnvVars: env})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agent.SetupPath+"setup", bytes.NewReader(body))
+	body, _ := json.Marshal(agentproto.Setup{EnvVars: env})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+"setup", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

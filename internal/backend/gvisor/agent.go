@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -25,9 +26,6 @@ import (
 // which only root can reach on the host.
 const (
 	agentRunDir = layout.CodeDir + "/run"
-	// agentSocketEnv tells the agent where to listen instead of fd 3.
-	agentSocketEnv = "AIRLOCK_AGENT_SOCKET" // agentproto's, after the merge
-	agentArg       = "agent"                // agentproto's, after the merge
 )
 
 // agentSandbox is a long-lived gVisor sandbox running the agent.
@@ -73,8 +71,8 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance
 		b.remove("")
 		return nil, err
 	}
-	p.Env = append(p.Env, agentSocketEnv+"="+agentRunDir+"/agent.sock")
-	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentArg}}
+	p.Env = append(p.Env, agentproto.SocketEnv+"="+agentRunDir+"/agent.sock")
+	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentproto.AgentArg}}
 	err = be.writeBundle(b, spec,
 		specs.Mount{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -56,7 +57,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance,
 	sb, err := b.start(ctx, &spec{
 		Spec: &backend.Spec{
 			Policy: p,
-			Argv:   []string{layout.AgentPath, "agent" /* agentproto.AgentArg after the merge */},
+			Argv:   []string{layout.AgentPath, agentproto.AgentArg},
 			Stderr: log,
 			Stdout: log,
 		},

@@ -1,0 +1,49 @@
+// Package agentproto is the contract between the daemon and the agent inside every sandbox.
+package agentproto
+
+// The daemon and the agent are one binary, but not one program: the
+// agent runs in the sandbox, the daemon outside it, and neither imports
+// the other. What they agree on lives here, and only here.
+
+// Ports the SDKs address inside a sandbox (E2b-Sandbox-Port); the agent
+// serves both.
+const (
+	EnvdPort        = "49983"
+	InterpreterPort = "49999"
+)
+
+// EnvdVersion is the envd version the agent implements; the SDKs switch
+// features on by it (0.5.7: default user, stdin flag, CloseStdin,
+// octet-stream uploads; not 0.6.x file metadata).
+const EnvdVersion = "0.5.7"
+
+// AgentArg is the command-line argument that makes the airlock binary run
+// as a sandbox's agent.
+const AgentArg = "agent"
+
+// SocketEnv names the environment variable that tells the agent which
+// path to listen on. Without it the agent takes a listening socket as
+// file descriptor 3: the daemon hands one over where it can (not into
+// gVisor).
+const SocketEnv = "AIRLOCK_AGENT_SOCKET"
+
+// PrestartEnv names the environment variable through which a template
+// asks the agent to start a kernel of that language at once.
+const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
+
+// SetupPath is the prefix of the agent's private endpoints, the daemon's
+// alone: the gateway never forwards a client's request under it.
+const SetupPath = "/airlock/"
+
+// Setup is what the daemon posts to SetupPath+"setup" when it hands the
+// sandbox out; the agent answers 204 No Content.
+type Setup struct {
+	EnvVars map[string]string `json:"envVars"`
+}
+
+// Disk is the agent's answer on SetupPath+"disk".
+type Disk struct {
+	// Used is what the sandbox's writable file systems (/tmp and the
+	// home directory, one or two) hold, in bytes.
+	Used int64 `json:"used"`
+}
