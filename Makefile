@@ -12,10 +12,16 @@ RUNSC := bin/runsc
 RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
-# Debian packages the default sandbox template is expected to provide.
-APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel
+# Debian packages the default sandbox template is expected to provide,
+# and the C toolchain of go test -race (cgo).
+APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev
 
-.PHONY: all build deps runsc test test-go test-sdk run serve bench bench-run bench-serve fuzz clean
+# Packages whose tests need no root (the fake backend stands in for real
+# sandboxes): run under the race detector as the user nobody.
+UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
+	./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/
+
+.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve fuzz clean
 
 all: build
 
@@ -41,6 +47,10 @@ $(RUNSC):
 test-go: deps build runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 ./...
+	$(MAKE) test-unprivileged
+
+test-unprivileged: deps
+	CGO_ENABLED=1 $(GO) test -race -count=1 -exec $(CURDIR)/tests/as-nobody $(UNPRIVILEGED)
 
 # The official E2B SDKs (pinned in tests/e2b/package-lock.json) against a
 # real airlock serve started by the tests, on each backend.
