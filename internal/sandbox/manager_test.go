@@ -122,6 +122,21 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 	}
 }
 
+func TestPoolMemoryBudget(t *testing.T) {
+	// Each sandbox uses 40M: a 100M budget holds two of them, not the
+	// three that the 16M guess for an unmeasured one would let in.
+	const each, budget = 40 << 20, 100 << 20
+	m, _ := newManager(t, Config{PoolMemoryBudget: budget}, 5, func(b *fake.Backend) { b.SetMemory(each) })
+	p := m.pools["base"]
+	eventually(t, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
+	if got := pooled(m); got != 2 {
+		t.Errorf("pool holds %d, want 2 (%dM each in a %dM budget)", got, each>>20, budget>>20)
+	}
+	if used := int64(pooled(m)) * each; used > budget {
+		t.Errorf("pooled sandboxes use %dM, above the budget of %dM", used>>20, budget>>20)
+	}
+}
+
 func TestCustomLimitsSkipThePool(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
 	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
