@@ -400,15 +400,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		m.metrics.createFailures.Add(1)
 		return nil, fmt.Errorf("set up sandbox: %w", err)
 	}
+	// Locked until its time to live is set: a client may find it in a
+	// list the moment it is registered, and pause it or set its timeout.
+	sb.mu.Lock()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
+		sb.mu.Unlock()
 		m.discard(inst)
 		return nil, ErrShuttingDown
 	}
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
-	sb.mu.Lock()
 	sb.endAt = time.Now().Add(ttl)
 	sb.timer = time.AfterFunc(ttl, func() { m.expire(sb) })
 	sb.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -508,4 +509,35 @@ func TestUsage(t *testing.T) {
 	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 0 {
 		t.Errorf("CPUPercent = %g with no CPU used since the last call, want 0", u.CPUPercent)
 	}
+}
+
+// A sandbox can be listed as soon as it is registered: calls on it from
+// then on must find its time to live set up (a nil timer crashed the
+// server when SetTTL or Pause came first).
+func TestCallsOnAJustListedSandbox(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, sb := range m.List(nil) {
+				m.SetTTL(sb.ID, time.Hour)
+				m.Pause(context.Background(), sb.ID)
+			}
+			runtime.Gosched() // leave the creates a CPU
+		}
+	})
+	for range 200 {
+		sb := create(t, m, CreateRequest{})
+		if err := m.Kill(sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
