@@ -227,7 +227,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
 			return
 		}
-		ttl = time.Duration(*b.Timeout) * time.Second
+		ttl = seconds(*b.Timeout)
 	}
 	for k, v := range b.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -389,6 +389,16 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// seconds is a client's timeout of n seconds. One longer than a Duration
+// holds is the longest Duration, which the manager refuses as above its
+// maximum, rather than a product wrapped around to any value at all.
+func seconds(n int64) time.Duration {
+	if n > int64(math.MaxInt64/time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Second
+}
+
 type timeoutBody struct {
 	Timeout *int64 `json:"timeout"`
 }
@@ -402,7 +412,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
 		return
 	}
-	if err := s.m.SetTTL(r.PathValue("id"), time.Duration(*b.Timeout)*time.Second); err != nil {
+	if err := s.m.SetTTL(r.PathValue("id"), seconds(*b.Timeout)); err != nil {
 		s.managerError(w, err)
 		return
 	}
@@ -424,7 +434,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	var d time.Duration
 	if b.Timeout != nil && *b.Timeout > 0 {
-		d = time.Duration(*b.Timeout) * time.Second
+		d = seconds(*b.Timeout)
 	}
 	// Connecting to a paused sandbox resumes it, with the timeout asked
 	// for (or the default).

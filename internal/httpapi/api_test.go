@@ -444,6 +444,8 @@ func TestBadInput(t *testing.T) {
 		{"zero timeout", "POST", "/v2/sandboxes", `{"timeout":0}`, 400, "timeout"},
 		{"negative timeout", "POST", "/v2/sandboxes", `{"timeout":-5}`, 400, "timeout"},
 		{"timeout above the maximum", "POST", "/v2/sandboxes", `{"timeout":7200}`, 400, "timeout"},
+		// 2^64 ns and a little more: wrapped around to 0.29 s.
+		{"timeout past a Duration", "POST", "/v2/sandboxes", `{"timeout":18446744074}`, 400, "timeout"},
 		{"huge timeout", "POST", "/v2/sandboxes", `{"timeout":9223372036854775807}`, 400, "timeout"},
 		{"unknown template", "POST", "/v2/sandboxes", `{"templateID":"nope"}`, 400, "nope"},
 		{"internet access", "POST", "/v2/sandboxes", `{"allow_internet_access":true}`, 400, "internet"},
@@ -458,6 +460,8 @@ func TestBadInput(t *testing.T) {
 		{"set timeout without one", "POST", "/sandboxes/" + id + "/timeout", `{}`, 400, "timeout"},
 		{"set timeout of no body", "POST", "/sandboxes/" + id + "/timeout", nil, 400, "timeout"},
 		{"set timeout negative", "POST", "/sandboxes/" + id + "/timeout", `{"timeout":-1}`, 400, "timeout"},
+		{"set timeout past a Duration", "POST", "/sandboxes/" + id + "/timeout", `{"timeout":18446744074}`, 400, "timeout"},
+		{"connect timeout past a Duration", "POST", "/sandboxes/" + id + "/connect", `{"timeout":18446744074}`, 400, "timeout"},
 		{"pause without memory", "POST", "/sandboxes/" + id + "/pause", `{"memory":false}`, 400, "memory"},
 		{"connect bad JSON", "POST", "/sandboxes/" + id + "/connect", `{`, 400, "JSON"},
 	} {
