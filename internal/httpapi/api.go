@@ -337,16 +337,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		all = kept
 	}
-	// Paging: nextToken is the id after which the page starts.
+	// Paging: the page starts after the place nextToken marks, even when
+	// the sandbox there is gone (a client that kills what it lists).
 	if tok := q.Get("nextToken"); tok != "" {
-		i := 0
-		for i < len(all) && all[i].ID != tok {
-			i++
+		after, ok := afterToken(tok)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "invalid nextToken: pass on the X-Next-Token of the previous page")
+			return
 		}
-		if i < len(all) {
-			all = all[i+1:]
-		} else {
-			all = nil
+		for len(all) > 0 && !after(all[0]) {
+			all = all[1:]
 		}
 	}
 	limit := len(all)
@@ -359,13 +359,32 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		limit = min(n, limit)
 	}
 	if limit < len(all) {
-		w.Header().Set("X-Next-Token", all[limit-1].ID)
+		w.Header().Set("X-Next-Token", pageToken(all[limit-1]))
 	}
 	items := make([]listItem, 0, limit)
 	for _, sb := range all[:limit] {
 		items = append(items, item(sb))
 	}
 	writeJSON(w, http.StatusOK, items)
+}
+
+// pageToken marks sb's place in a list, which the manager orders by start
+// time, then id.
+func pageToken(sb *sandbox.Sandbox) string {
+	return strconv.FormatInt(sb.StartedAt.UnixNano(), 10) + "." + sb.ID
+}
+
+// afterToken returns whether a sandbox comes after the place tok marks.
+func afterToken(tok string) (func(*sandbox.Sandbox) bool, bool) {
+	ns, id, ok := strings.Cut(tok, ".")
+	at, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return nil, false
+	}
+	return func(sb *sandbox.Sandbox) bool {
+		t := sb.StartedAt.UnixNano()
+		return t > at || t == at && sb.ID > id
+	}, true
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {

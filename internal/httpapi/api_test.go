@@ -427,6 +427,36 @@ func TestListPaging(t *testing.T) {
 	}
 }
 
+// A client that kills what it lists, page by page, must still reach
+// every page: the token of a page must not depend on its last sandbox
+// still being there.
+func TestListPagingWhileKilling(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	for range 5 {
+		a.create(nil)
+	}
+	killed, query := 0, "limit=2"
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("paging does not end")
+		}
+		ids, next := a.page(query)
+		for _, id := range ids {
+			if code, data := a.call("DELETE", "/sandboxes/"+id, nil); code != http.StatusNoContent {
+				t.Fatalf("kill: %d %s", code, data)
+			}
+			killed++
+		}
+		if next == "" {
+			break
+		}
+		query = "limit=2&nextToken=" + url.QueryEscape(next)
+	}
+	if killed != 5 {
+		t.Errorf("killed %d sandboxes page by page, want all 5", killed)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	a := newAPI(t, sandbox.Config{MaxTTL: time.Hour})
 	c := a.create(nil)
@@ -457,6 +487,7 @@ func TestBadInput(t *testing.T) {
 		{"list limit 0", "GET", "/v2/sandboxes?limit=0", nil, 400, "limit"},
 		{"list limit not a number", "GET", "/v2/sandboxes?limit=ten", nil, 400, "limit"},
 		{"list metadata filter", "GET", "/v2/sandboxes?metadata=%25zz", nil, 400, "metadata"},
+		{"list nextToken", "GET", "/v2/sandboxes?nextToken=garbage", nil, 400, "nextToken"},
 		{"set timeout without one", "POST", "/sandboxes/" + id + "/timeout", `{}`, 400, "timeout"},
 		{"set timeout of no body", "POST", "/sandboxes/" + id + "/timeout", nil, 400, "timeout"},
 		{"set timeout negative", "POST", "/sandboxes/" + id + "/timeout", `{"timeout":-1}`, 400, "timeout"},
