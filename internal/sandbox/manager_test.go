@@ -17,8 +17,8 @@ import (
 )
 
 // newManager returns a manager on a fake backend with one template,
-// "base", whose pool holds poolSize; cfg's zero TTLs get a minute. The
-// manager is shut down when the test ends.
+// "base", whose pool holds poolSize; a zero DefaultTTL in cfg is a minute,
+// a zero MaxTTL an hour. The manager is shut down when the test ends.
 func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Backend)) (*Manager, *fake.Backend) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -265,7 +265,7 @@ func TestSetTTL(t *testing.T) {
 	m, _ := newManager(t, Config{MaxTTL: time.Hour}, 0)
 
 	t.Run("extends", func(t *testing.T) {
-		sb := create(t, m, CreateRequest{TTL: 200 * time.Millisecond})
+		sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
 		end := sb.EndAt()
 		if err := m.SetTTL(sb.ID, time.Hour); err != nil {
 			t.Fatal(err)
@@ -298,7 +298,7 @@ func TestSetTTL(t *testing.T) {
 
 func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
-	sb := create(t, m, CreateRequest{TTL: 100 * time.Millisecond})
+	sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
 	end := sb.EndAt()
 	if err := m.Pause(t.Context(), sb.ID); err != nil {
 		t.Fatal(err)
@@ -323,12 +323,14 @@ func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 }
 
 func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
-	m, _ := newManager(t, Config{DefaultTTL: 30 * time.Millisecond, MaxTTL: 30 * time.Millisecond}, 0)
-	sb := create(t, m, CreateRequest{})
-	if err := m.Pause(t.Context(), sb.ID); err != nil {
-		t.Fatal(err)
-	}
+	// Paused at the end of its time to live (a pause by hand could come
+	// too late), then killed when the longest has passed.
+	m, _ := newManager(t, Config{DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
+	sb := create(t, m, CreateRequest{AutoPause: true})
 	eventually(t, "the paused sandbox ended at the longest time to live", gone(m, sb.ID))
+	if inst := instance(sb); !inst.Paused() || !inst.Killed() {
+		t.Errorf("instance paused %v killed %v, want killed while paused", inst.Paused(), inst.Killed())
+	}
 }
 
 func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
