@@ -203,7 +203,8 @@ type Manager struct {
 	sandboxes map[string]*Sandbox
 	pools     map[string]*pool
 	closed    bool
-	starting  int // creates past the limit check, not yet registered
+	starting  int            // creates past the limit check, not yet registered
+	creating  sync.WaitGroup // the same creates, for Shutdown to wait for
 
 	ctx      context.Context // ends at Shutdown: stops the pool fillers
 	cancel   context.CancelFunc
@@ -331,11 +332,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
 	}
 	m.starting++
+	m.creating.Add(1)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.starting--
 		m.mu.Unlock()
+		m.creating.Done()
 	}()
 	backend := m.backendOf(&p.tmpl)
 	if req.Backend != "" {
@@ -679,6 +682,9 @@ func (m *Manager) Shutdown() {
 		p.drain()
 	}
 	wg.Wait()
+	// A create under way finds the manager closed when it would register
+	// its sandbox, and discards it (a teardown waited for below).
+	m.creating.Wait()
 	m.removing.Wait()
 }
 

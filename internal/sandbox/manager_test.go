@@ -449,6 +449,32 @@ func TestShutdown(t *testing.T) {
 	}
 }
 
+// A create under way when Shutdown begins ends before Shutdown returns,
+// its sandbox removed: nothing may start after the manager has stopped.
+func TestShutdownWaitsForCreates(t *testing.T) {
+	m, b := newManager(t, Config{}, 0, func(b *fake.Backend) { b.SetStartDelay(50 * time.Millisecond) })
+	created := make(chan error, 1)
+	go func() {
+		_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
+		created <- err
+	}()
+	eventually(t, "the create is starting a sandbox", func() bool { return b.Starts() == 1 })
+	m.Shutdown()
+	select {
+	case err := <-created:
+		if !errors.Is(err, ErrShuttingDown) {
+			t.Errorf("create during Shutdown: %v, want ErrShuttingDown", err)
+		}
+	default:
+		t.Fatal("Shutdown returned with a create still under way")
+	}
+	for i, inst := range b.Instances() {
+		if !inst.Waited() {
+			t.Errorf("instance %d not removed when Shutdown returned", i)
+		}
+	}
+}
+
 func TestList(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
 	a := create(t, m, CreateRequest{Metadata: map[string]string{"team": "a", "env": "x"}})
