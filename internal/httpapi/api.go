@@ -221,7 +221,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
 			return
 		}
-		ttl = time.Duration(*b.Timeout) * time.Second
+		ttl = seconds(*b.Timeout)
 	}
 	for k, v := range b.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -331,16 +331,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		all = kept
 	}
-	// Paging: nextToken is the id after which the page starts.
+	// Paging: the page starts after the place nextToken marks, even when
+	// the sandbox there is gone (a client that kills what it lists).
 	if tok := q.Get("nextToken"); tok != "" {
-		i := 0
-		for i < len(all) && all[i].ID != tok {
-			i++
+		after, ok := afterToken(tok)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "invalid nextToken: pass on the X-Next-Token of the previous page")
+			return
 		}
-		if i < len(all) {
-			all = all[i+1:]
-		} else {
-			all = nil
+		for len(all) > 0 && !after(all[0]) {
+			all = all[1:]
 		}
 	}
 	limit := len(all)
@@ -353,13 +353,32 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		limit = min(n, limit)
 	}
 	if limit < len(all) {
-		w.Header().Set("X-Next-Token", all[limit-1].ID)
+		w.Header().Set("X-Next-Token", pageToken(all[limit-1]))
 	}
 	items := make([]listItem, 0, limit)
 	for _, sb := range all[:limit] {
 		items = append(items, item(sb))
 	}
 	writeJSON(w, http.StatusOK, items)
+}
+
+// pageToken marks sb's place in a list, which the manager orders by start
+// time, then id.
+func pageToken(sb *sandbox.Sandbox) string {
+	return strconv.FormatInt(sb.StartedAt.UnixNano(), 10) + "." + sb.ID
+}
+
+// afterToken returns whether a sandbox comes after the place tok marks.
+func afterToken(tok string) (func(*sandbox.Sandbox) bool, bool) {
+	ns, id, ok := strings.Cut(tok, ".")
+	at, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return nil, false
+	}
+	return func(sb *sandbox.Sandbox) bool {
+		t := sb.StartedAt.UnixNano()
+		return t > at || t == at && sb.ID > id
+	}, true
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -383,6 +402,16 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// seconds is a client's timeout of n seconds. One longer than a Duration
+// holds is the longest Duration, which the manager refuses as above its
+// maximum, rather than a product wrapped around to any value at all.
+func seconds(n int64) time.Duration {
+	if n > int64(math.MaxInt64/time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Second
+}
+
 type timeoutBody struct {
 	Timeout *int64 `json:"timeout"`
 }
@@ -396,7 +425,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
 		return
 	}
-	if err := s.m.SetTTL(r.PathValue("id"), time.Duration(*b.Timeout)*time.Second); err != nil {
+	if err := s.m.SetTTL(r.PathValue("id"), seconds(*b.Timeout)); err != nil {
 		s.managerError(w, err)
 		return
 	}
@@ -418,7 +447,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	var d time.Duration
 	if b.Timeout != nil && *b.Timeout > 0 {
-		d = time.Duration(*b.Timeout) * time.Second
+		d = seconds(*b.Timeout)
 	}
 	// Connecting to a paused sandbox resumes it, with the timeout asked
 	// for (or the default).

@@ -203,7 +203,8 @@ type Manager struct {
 	sandboxes map[string]*Sandbox
 	pools     map[string]*pool
 	closed    bool
-	starting  int // creates past the limit check, not yet registered
+	starting  int            // creates past the limit check, not yet registered
+	creating  sync.WaitGroup // the same creates, for Shutdown to wait for
 
 	ctx      context.Context // ends at Shutdown: stops the pool fillers
 	cancel   context.CancelFunc
@@ -331,11 +332,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
 	}
 	m.starting++
+	m.creating.Add(1)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.starting--
 		m.mu.Unlock()
+		m.creating.Done()
 	}()
 	backend := m.backendOf(&p.tmpl)
 	if req.Backend != "" {
@@ -400,15 +403,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		m.metrics.createFailures.Add(1)
 		return nil, fmt.Errorf("set up sandbox: %w", err)
 	}
+	// Locked until its time to live is set: a client may find it in a
+	// list the moment it is registered, and pause it or set its timeout.
+	sb.mu.Lock()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
+		sb.mu.Unlock()
 		m.discard(inst)
 		return nil, ErrShuttingDown
 	}
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
-	sb.mu.Lock()
 	sb.endAt = time.Now().Add(ttl)
 	sb.timer = time.AfterFunc(ttl, func() { m.expire(sb) })
 	sb.mu.Unlock()
@@ -676,6 +682,9 @@ func (m *Manager) Shutdown() {
 		p.drain()
 	}
 	wg.Wait()
+	// A create under way finds the manager closed when it would register
+	// its sandbox, and discards it (a teardown waited for below).
+	m.creating.Wait()
 	m.removing.Wait()
 }
 

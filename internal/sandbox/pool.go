@@ -89,7 +89,11 @@ func (p *pool) wanted() bool {
 		return false
 	}
 	budget := p.m.cfg.PoolMemoryBudget
-	return budget <= 0 || p.m.pooledMemory()+idleEstimate <= budget
+	if budget <= 0 {
+		return true
+	}
+	total, largest := p.m.pooledMemory(p)
+	return total+max(largest, idleEstimate) <= budget
 }
 
 // prune drops ready sandboxes that died while waiting.
@@ -124,21 +128,24 @@ func (p *pool) drain() {
 	}
 }
 
-// pooledMemory is what all pools' ready sandboxes use now.
-func (m *Manager) pooledMemory() int64 {
-	var total int64
+// pooledMemory is what all pools' ready sandboxes use now, and the most
+// that one ready sandbox of pool q uses: what q's next is expected to use.
+func (m *Manager) pooledMemory(q *pool) (total, largest int64) {
 	for _, p := range m.pools {
 		p.mu.Lock()
 		for _, inst := range p.ready {
+			used := int64(idleEstimate)
 			if u, err := inst.Usage(m.ctx); err == nil && u.Memory > 0 {
-				total += u.Memory
-			} else {
-				total += idleEstimate
+				used = u.Memory
+			}
+			total += used
+			if p == q {
+				largest = max(largest, used)
 			}
 		}
 		p.mu.Unlock()
 	}
-	return total
+	return total, largest
 }
 
 // warm waits until the agent answers its health check, so that a claimed

@@ -1,0 +1,278 @@
+package agent_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+type entry struct {
+	Name          string  `json:"name"`
+	Type          string  `json:"type"`
+	Path          string  `json:"path"`
+	Size          string  `json:"size"` // int64, a string in proto3 JSON
+	Mode          uint32  `json:"mode"`
+	Permissions   string  `json:"permissions"`
+	Owner         string  `json:"owner"`
+	Group         string  `json:"group"`
+	ModifiedTime  string  `json:"modifiedTime"`
+	SymlinkTarget *string `json:"symlinkTarget"`
+}
+
+type entryResponse struct {
+	Entry entry `json:"entry"`
+}
+
+func stat(t *testing.T, url, path string) entry {
+	t.Helper()
+	var r entryResponse
+	mustUnary(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": path}, &r)
+	return r.Entry
+}
+
+func listDir(t *testing.T, url, path string, depth int) []entry {
+	t.Helper()
+	var r struct {
+		Entries []entry `json:"entries"`
+	}
+	mustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
+	return r.Entries
+}
+
+func paths(es []entry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Path)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestFilesystem(t *testing.T) {
+	url, home := newAgent(t)
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var made entryResponse
+	mustUnary(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, &made)
+	if e := made.Entry; e.Name != "b" || e.Type != "FILE_TYPE_DIRECTORY" || e.Path != filepath.Join(home, "a/b") {
+		t.Errorf("MakeDir a/b: %+v, want the directory b in the home", e)
+	}
+	wantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, "already_exists", 409)
+	if err := os.WriteFile(filepath.Join(home, "a/b/f.txt"), []byte("hello"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
+
+	e := stat(t, url, "a/b/f.txt")
+	if e.Name != "f.txt" || e.Type != "FILE_TYPE_FILE" || e.Size != "5" || e.Mode != 0o640 || e.Permissions != "-rw-r-----" ||
+		e.Owner != me.Username || e.ModifiedTime == "" || e.SymlinkTarget != nil {
+		t.Errorf("Stat a/b/f.txt: %+v", e)
+	}
+	if e := stat(t, url, "~"); e.Path != home || e.Type != "FILE_TYPE_DIRECTORY" {
+		t.Errorf("Stat ~: %+v, want the home", e)
+	}
+	if e := stat(t, url, filepath.Join(home, "a")); e.Path != filepath.Join(home, "a") {
+		t.Errorf("Stat of an absolute path: %+v", e)
+	}
+	wantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "nope"}, "not_found", 404)
+
+	// Links: to a file, the file's type and the target; dangling, a link.
+	os.Symlink("a/b/f.txt", filepath.Join(home, "link"))
+	os.Symlink("nowhere", filepath.Join(home, "dangling"))
+	if e := stat(t, url, "link"); e.Type != "FILE_TYPE_FILE" || e.SymlinkTarget == nil || *e.SymlinkTarget != filepath.Join(home, "a/b/f.txt") {
+		t.Errorf("Stat of a link: %+v", e)
+	}
+	if e := stat(t, url, "dangling"); e.Type != "FILE_TYPE_SYMLINK" {
+		t.Errorf("Stat of a dangling link: %+v", e)
+	}
+
+	for _, tc := range []struct {
+		path  string
+		depth int
+		want  []string
+	}{
+		{"a", 1, []string{"a/b"}},
+		{"a", 0, []string{"a/b"}}, // no depth: one level
+		{"a", 2, []string{"a/b", "a/b/f.txt"}},
+		{"~", 1, []string{"a", "dangling", "link"}},
+	} {
+		var want []string
+		for _, p := range tc.want {
+			want = append(want, filepath.Join(home, p))
+		}
+		if got := paths(listDir(t, url, tc.path, tc.depth)); !slices.Equal(got, want) {
+			t.Errorf("ListDir %s depth %d: %v, want %v", tc.path, tc.depth, got, want)
+		}
+	}
+	wantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
+	wantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "nope"}, "not_found", 404)
+
+	var moved entryResponse
+	mustUnary(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "a/b/f.txt", "destination": "c/g.txt"}, &moved)
+	if moved.Entry.Path != filepath.Join(home, "c/g.txt") || moved.Entry.Size != "5" {
+		t.Errorf("Move: %+v, want c/g.txt, its parent made", moved.Entry)
+	}
+	wantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/f.txt"}, "not_found", 404)
+	wantError(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "nope", "destination": "x"}, "not_found", 404)
+
+	mustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil)
+	if _, err := os.Stat(filepath.Join(home, "a")); !os.IsNotExist(err) {
+		t.Errorf("a after Remove: %v", err)
+	}
+	wantError(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, "not_found", 404)
+	if e := wantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a"}, "not_found", 404); e.Message == "" {
+		t.Error("a not-found error without a message")
+	}
+}
+
+func TestUnaryProtocolErrors(t *testing.T) {
+	url, _ := newAgent(t)
+	for _, tc := range []struct {
+		name, method, contentType, body string
+		want                            int
+	}{
+		{"GET", "GET", "application/json", "", http.StatusNotImplemented},
+		{"protobuf", "POST", "application/proto", "", http.StatusNotImplemented},
+		{"bad JSON", "POST", "application/json", `{"path":`, http.StatusBadRequest},
+		{"wrong type", "POST", "application/json", `{"path":1}`, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, url+"/filesystem.Filesystem/Stat", bytes.NewReader([]byte(tc.body)))
+			req.Header.Set("Content-Type", tc.contentType)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e rpcError
+			if json.NewDecoder(resp.Body).Decode(&e); resp.StatusCode != tc.want || e.Code == "" {
+				t.Errorf("got %d %+v, want %d with a Connect error", resp.StatusCode, e, tc.want)
+			}
+		})
+	}
+}
+
+// files sends a request to /files and returns the status and body.
+func files(t *testing.T, method, u, contentType string, body io.Reader, hdr ...string) (int, []byte, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, resp.Header
+}
+
+type written struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+func TestFiles(t *testing.T) {
+	base, home := newAgent(t)
+	at := func(path string, more ...string) string {
+		q := url.Values{"path": {path}}
+		for i := 0; i+1 < len(more); i += 2 {
+			q.Set(more[i], more[i+1])
+		}
+		return base + "/files?" + q.Encode()
+	}
+
+	code, data, _ := files(t, "POST", at("d/raw.txt"), "application/octet-stream", bytes.NewReader([]byte("raw bytes")))
+	var w []written
+	if code != http.StatusOK || json.Unmarshal(data, &w) != nil || len(w) != 1 ||
+		w[0] != (written{Name: "raw.txt", Type: "file", Path: filepath.Join(home, "d/raw.txt")}) {
+		t.Fatalf("octet-stream upload: %d %s", code, data)
+	}
+	code, data, hdr := files(t, "GET", at("d/raw.txt"), "", nil)
+	if code != http.StatusOK || string(data) != "raw bytes" || hdr.Get("Content-Length") != "9" {
+		t.Errorf("download: %d %q %v", code, data, hdr)
+	}
+
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("unzipped"))
+	zw.Close()
+	code, data, _ = files(t, "POST", at("gz.txt"), "application/octet-stream", &gz, "Content-Encoding", "gzip")
+	if got, _ := os.ReadFile(filepath.Join(home, "gz.txt")); code != http.StatusOK || string(got) != "unzipped" {
+		t.Errorf("gzip upload: %d %s, file %q", code, data, got)
+	}
+
+	// Multipart: one file per part, named by its file name when the query
+	// names none (a path, not only a base name).
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	for name, content := range map[string]string{"m/one.txt": "1", "two.txt": "2"} {
+		part, _ := mw.CreateFormFile("file", name)
+		part.Write([]byte(content))
+	}
+	mw.Close()
+	code, data, _ = files(t, "POST", base+"/files", mw.FormDataContentType(), &mp)
+	w = nil
+	if code != http.StatusOK || json.Unmarshal(data, &w) != nil || len(w) != 2 {
+		t.Fatalf("multipart upload: %d %s", code, data)
+	}
+	for name, content := range map[string]string{"m/one.txt": "1", "two.txt": "2"} {
+		if got, err := os.ReadFile(filepath.Join(home, name)); err != nil || string(got) != content {
+			t.Errorf("%s after multipart upload: %q %v", name, got, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name, method, url, contentType string
+		body                           string
+		want                           int
+	}{
+		{"download of nothing", "GET", at("nope"), "", "", http.StatusNotFound},
+		{"download of a directory", "GET", at("d"), "", "", http.StatusBadRequest},
+		{"download without a path", "GET", base + "/files", "", "", http.StatusBadRequest},
+		{"download as root", "GET", at("d/raw.txt", "username", "root"), "", "", http.StatusForbidden},
+		{"upload as root", "POST", at("x", "username", "root"), "application/octet-stream", "x", http.StatusForbidden},
+		{"upload of text/plain", "POST", at("x"), "text/plain", "x", http.StatusBadRequest},
+		{"upload without a path", "POST", base + "/files", "application/octet-stream", "x", http.StatusBadRequest},
+		{"upload of bad gzip", "POST", at("x"), "application/octet-stream", "not gzip", http.StatusBadRequest},
+		{"upload below a file", "POST", at("d/raw.txt/x"), "application/octet-stream", "x", http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.name == "upload of bad gzip" {
+				hdr = []string{"Content-Encoding", "gzip"}
+			}
+			code, data, _ := files(t, tc.method, tc.url, tc.contentType, bytes.NewReader([]byte(tc.body)), hdr...)
+			var e struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			}
+			if code != tc.want || json.Unmarshal(data, &e) != nil || e.Code != tc.want || e.Message == "" {
+				t.Errorf("got %d %s, want %d with {code, message}", code, data, tc.want)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(home, "x")); !os.IsNotExist(err) {
+		t.Errorf("a refused upload wrote its file: %v", err)
+	}
+}

@@ -1,0 +1,571 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/backend/fake"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// newManager returns a manager on a fake backend with one template,
+// "base", whose pool holds poolSize; a zero DefaultTTL in cfg is a minute,
+// a zero MaxTTL an hour. The manager is shut down when the test ends.
+func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Backend)) (*Manager, *fake.Backend) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b := fake.New(t.TempDir(), log)
+	for _, f := range setup {
+		f(b)
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = time.Minute
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = time.Hour
+	}
+	cfg.Templates = append(cfg.Templates, Template{Name: "base", Policy: policy.Default(), PoolSize: poolSize})
+	m := NewManager(cfg, b, log)
+	t.Cleanup(func() {
+		m.Shutdown()
+		if n := b.Live(); n != 0 {
+			t.Errorf("%d instances still live after Shutdown", n)
+		}
+	})
+	return m, b
+}
+
+// eventually fails t unless cond becomes true within a bound far above
+// what it takes: it waits for the condition, never asserts a duration.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func pooled(m *Manager) int {
+	_, p := m.Counts()
+	return p["base"]
+}
+
+func create(t *testing.T, m *Manager, req CreateRequest) *Sandbox {
+	t.Helper()
+	if req.TemplateID == "" {
+		req.TemplateID = "base"
+	}
+	sb, err := m.Create(t.Context(), req)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return sb
+}
+
+func gone(m *Manager, id string) func() bool {
+	return func() bool {
+		_, err := m.Get(id)
+		return errors.Is(err, ErrNotFound)
+	}
+}
+
+func instance(sb *Sandbox) *fake.Instance { return sb.inst.(*fake.Instance) }
+
+func TestPoolRefillsAfterClaim(t *testing.T) {
+	m, b := newManager(t, Config{}, 2)
+	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
+	first := b.Instances()[:2]
+
+	sb := create(t, m, CreateRequest{})
+	if !slices.Contains(first, instance(sb)) {
+		t.Error("the create started a sandbox of its own, want one claimed from the pool")
+	}
+	if warm := m.metrics.creates[1].Load(); warm != 1 {
+		t.Errorf("warm creates = %d, want 1", warm)
+	}
+	eventually(t, "the pool is full again", func() bool { return pooled(m) == 2 })
+	if got := b.Starts(); got != 3 {
+		t.Errorf("starts = %d, want 3: two for the pool, one to refill it", got)
+	}
+}
+
+func TestPoolNeverAboveItsSize(t *testing.T) {
+	const size = 3
+	m, b := newManager(t, Config{}, size, func(b *fake.Backend) { b.SetStartDelay(time.Millisecond) })
+	p := m.pools["base"]
+	claims := 0
+	for range 5 {
+		eventually(t, "the pool is full", func() bool {
+			p.kick() // refill requests beyond need must not overfill it
+			n := pooled(m)
+			if n > size {
+				t.Fatalf("pool holds %d, above its size %d", n, size)
+			}
+			return n == size
+		})
+		create(t, m, CreateRequest{})
+		claims++
+	}
+	eventually(t, "the pool is full", func() bool { return pooled(m) == size })
+	if got, want := b.Starts(), size+claims; got != want {
+		t.Errorf("starts = %d, want %d: the pool's size and one per claim", got, want)
+	}
+}
+
+func TestPoolMemoryBudget(t *testing.T) {
+	// Each sandbox uses 40M: a 100M budget holds two of them, not the
+	// three that the 16M guess for an unmeasured one would let in.
+	const each, budget = 40 << 20, 100 << 20
+	m, _ := newManager(t, Config{PoolMemoryBudget: budget}, 5, func(b *fake.Backend) { b.SetMemory(each) })
+	p := m.pools["base"]
+	eventually(t, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
+	if got := pooled(m); got != 2 {
+		t.Errorf("pool holds %d, want 2 (%dM each in a %dM budget)", got, each>>20, budget>>20)
+	}
+	if used := int64(pooled(m)) * each; used > budget {
+		t.Errorf("pooled sandboxes use %dM, above the budget of %dM", used>>20, budget>>20)
+	}
+}
+
+func TestCustomLimitsSkipThePool(t *testing.T) {
+	m, b := newManager(t, Config{}, 1)
+	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
+	sb := create(t, m, CreateRequest{Limits: Limits{MemoryBytes: 128 << 20}})
+	inst := instance(sb)
+	if inst == b.Instances()[0] {
+		t.Fatal("a sandbox with its own limits came from the pool")
+	}
+	if got := inst.Policy().MemoryBytes; got != 128<<20 {
+		t.Errorf("started with memory %d, want %d", got, 128<<20)
+	}
+	if sb.MemoryMB != 128 {
+		t.Errorf("MemoryMB = %d, want 128", sb.MemoryMB)
+	}
+	if got := pooled(m); got != 1 {
+		t.Errorf("pool holds %d after the create, want its sandbox untouched", got)
+	}
+}
+
+func TestCreateErrors(t *testing.T) {
+	m, b := newManager(t, Config{MaxTTL: time.Hour}, 0)
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		req  CreateRequest
+		fail error // injected into Start
+		want error
+	}{
+		{"unknown template", CreateRequest{TemplateID: "nope"}, nil, ErrUnknownTemplate},
+		{"negative ttl", CreateRequest{TTL: -time.Second}, nil, ErrInvalid},
+		{"ttl above the maximum", CreateRequest{TTL: 2 * time.Hour}, nil, ErrInvalid},
+		{"limits above the template's", CreateRequest{Limits: Limits{CPUs: 64}}, nil, ErrInvalid},
+		{"backend not allowed", CreateRequest{Backend: "fake"}, nil, ErrInvalid},
+		{"the backend fails", CreateRequest{}, boom, boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b.SetStartError(tc.fail)
+			defer b.SetStartError(nil)
+			if tc.req.TemplateID == "" {
+				tc.req.TemplateID = "base"
+			}
+			sb, err := m.Create(t.Context(), tc.req)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, %v; want %v", sb, err, tc.want)
+			}
+		})
+	}
+	if n := len(m.List(nil)); n != 0 {
+		t.Errorf("%d sandboxes registered after failed creates", n)
+	}
+}
+
+func TestCreateOnARequestedBackend(t *testing.T) {
+	other := fake.New(t.TempDir(), nil)
+	m, b := newManager(t, Config{AllowRequestBackend: true, Backends: map[string]Backend{"other": other}}, 0)
+	sb := create(t, m, CreateRequest{Backend: "other"})
+	if other.Starts() != 1 || b.Starts() != 0 {
+		t.Errorf("starts: requested backend %d, default %d; want 1, 0", other.Starts(), b.Starts())
+	}
+	if err := m.Kill(sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base", Backend: "nope"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown backend: %v, want ErrInvalid", err)
+	}
+}
+
+func TestMaxSandboxes(t *testing.T) {
+	m, _ := newManager(t, Config{MaxSandboxes: 2}, 0)
+	a := create(t, m, CreateRequest{})
+	create(t, m, CreateRequest{})
+	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base"}); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("third create: %v, want ErrTooMany", err)
+	}
+	if err := m.Kill(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	create(t, m, CreateRequest{})
+}
+
+func TestMaxSandboxesUnderConcurrentCreates(t *testing.T) {
+	const limit, tries = 3, 12
+	// Slow starts keep every create in flight at once.
+	m, b := newManager(t, Config{MaxSandboxes: limit}, 0, func(b *fake.Backend) { b.SetStartDelay(20 * time.Millisecond) })
+	var wg sync.WaitGroup
+	errs := make(chan error, tries)
+	for range tries {
+		wg.Go(func() {
+			_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	ok := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrTooMany):
+			t.Errorf("create: %v, want success or ErrTooMany", err)
+		}
+	}
+	if ok != limit {
+		t.Errorf("%d creates succeeded, want %d", ok, limit)
+	}
+	if got := b.Starts(); got != limit {
+		t.Errorf("%d sandboxes started, want %d: refused creates start none", got, limit)
+	}
+}
+
+func TestTTLExpiryKills(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond})
+	eventually(t, "the sandbox expired", gone(m, sb.ID))
+	inst := instance(sb)
+	<-inst.Done()
+	if !inst.Killed() {
+		t.Error("the expired sandbox's instance was not killed")
+	}
+	eventually(t, "the expired sandbox was removed", inst.Waited)
+}
+
+func TestSetTTL(t *testing.T) {
+	m, _ := newManager(t, Config{MaxTTL: time.Hour}, 0)
+
+	t.Run("extends", func(t *testing.T) {
+		sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
+		end := sb.EndAt()
+		if err := m.SetTTL(sb.ID, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if !sb.EndAt().After(end) {
+			t.Errorf("EndAt %v, not after the first %v", sb.EndAt(), end)
+		}
+		time.Sleep(time.Until(end) + 100*time.Millisecond)
+		if _, err := m.Get(sb.ID); err != nil {
+			t.Errorf("past its first end: %v", err)
+		}
+	})
+	t.Run("shortens", func(t *testing.T) {
+		sb := create(t, m, CreateRequest{TTL: time.Hour})
+		if err := m.SetTTL(sb.ID, 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the sandbox expired", gone(m, sb.ID))
+	})
+	t.Run("bounds", func(t *testing.T) {
+		sb := create(t, m, CreateRequest{})
+		if err := m.SetTTL(sb.ID, 2*time.Hour); !errors.Is(err, ErrInvalid) {
+			t.Errorf("above the maximum: %v, want ErrInvalid", err)
+		}
+		if err := m.SetTTL("nope", time.Minute); !errors.Is(err, ErrNotFound) {
+			t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
+	end := sb.EndAt()
+	if err := m.Pause(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Paused() || !instance(sb).Paused() {
+		t.Fatalf("after Pause: sandbox paused %v, instance paused %v", sb.Paused(), instance(sb).Paused())
+	}
+	time.Sleep(time.Until(end) + 100*time.Millisecond)
+	if _, err := m.Get(sb.ID); err != nil {
+		t.Fatalf("paused sandbox past its time to live: %v", err)
+	}
+	if err := m.SetTTL(sb.ID, time.Minute); !errors.Is(err, ErrConflict) {
+		t.Errorf("SetTTL while paused: %v, want ErrConflict", err)
+	}
+	if err := m.Resume(t.Context(), sb.ID, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Paused() || instance(sb).Paused() {
+		t.Error("still paused after Resume")
+	}
+	eventually(t, "the resumed sandbox expired", gone(m, sb.ID))
+}
+
+func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
+	// Paused at the end of its time to live (a pause by hand could come
+	// too late), then killed when the longest has passed.
+	m, _ := newManager(t, Config{DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
+	sb := create(t, m, CreateRequest{AutoPause: true})
+	eventually(t, "the paused sandbox ended at the longest time to live", gone(m, sb.ID))
+	if inst := instance(sb); !inst.Paused() || !inst.Killed() {
+		t.Errorf("instance paused %v killed %v, want killed while paused", inst.Paused(), inst.Killed())
+	}
+}
+
+func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond, AutoPause: true})
+	eventually(t, "the sandbox paused itself", sb.Paused)
+	if _, err := m.Get(sb.ID); err != nil {
+		t.Fatalf("auto-paused sandbox: %v", err)
+	}
+	if !instance(sb).Paused() || instance(sb).Killed() {
+		t.Errorf("instance paused %v killed %v, want paused, alive", instance(sb).Paused(), instance(sb).Killed())
+	}
+	if err := m.Resume(t.Context(), sb.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Paused() {
+		t.Error("still paused after Resume")
+	}
+}
+
+func TestPauseConflicts(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+
+	t.Run("twice", func(t *testing.T) {
+		sb := create(t, m, CreateRequest{})
+		if err := m.Pause(t.Context(), sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Pause(t.Context(), sb.ID); !errors.Is(err, ErrConflict) {
+			t.Errorf("second pause: %v, want ErrConflict", err)
+		}
+	})
+	t.Run("after kill", func(t *testing.T) {
+		sb := create(t, m, CreateRequest{})
+		if err := m.Kill(sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Pause(t.Context(), sb.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("pause by id after kill: %v, want ErrNotFound", err)
+		}
+		// A pause already holding the sandbox (the TTL's auto-pause) must
+		// not freeze what is dying either.
+		if err := m.pause(t.Context(), sb); !errors.Is(err, ErrNotFound) {
+			t.Errorf("pause of a killed sandbox: %v, want ErrNotFound", err)
+		}
+		if instance(sb).Paused() {
+			t.Error("a killed sandbox's instance was paused")
+		}
+	})
+	t.Run("resume of a running one", func(t *testing.T) {
+		sb := create(t, m, CreateRequest{})
+		if err := m.Resume(t.Context(), sb.ID, 0); err != nil {
+			t.Errorf("resume of a running sandbox: %v, want no error", err)
+		}
+	})
+}
+
+func TestSandboxThatDiesLeavesTheRegistry(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	sb := create(t, m, CreateRequest{})
+	keep := create(t, m, CreateRequest{})
+	instance(sb).Die()
+	eventually(t, "the dead sandbox left the registry", gone(m, sb.ID))
+	eventually(t, "the dead sandbox was removed", instance(sb).Waited)
+	if got := m.metrics.ended.Load(); got != 1 {
+		t.Errorf("ended = %d, want 1", got)
+	}
+	if _, err := m.Get(keep.ID); err != nil {
+		t.Errorf("the other sandbox: %v", err)
+	}
+}
+
+func TestPooledSandboxThatDiesIsNotHandedOut(t *testing.T) {
+	m, b := newManager(t, Config{}, 1)
+	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
+	dead := b.Instances()[0]
+	dead.Die()
+	<-dead.Done()
+	sb := create(t, m, CreateRequest{})
+	if instance(sb) == dead {
+		t.Fatal("a dead pooled sandbox was handed out")
+	}
+	eventually(t, "the dead pooled sandbox was removed", dead.Waited)
+}
+
+func TestShutdown(t *testing.T) {
+	m, b := newManager(t, Config{}, 2)
+	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
+	running := []*Sandbox{create(t, m, CreateRequest{}), create(t, m, CreateRequest{})}
+	paused := create(t, m, CreateRequest{})
+	if err := m.Pause(t.Context(), paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown()
+	for i, inst := range b.Instances() {
+		select {
+		case <-inst.Done():
+		default:
+			t.Errorf("instance %d still running after Shutdown", i)
+		}
+		if !inst.Waited() {
+			t.Errorf("instance %d not removed after Shutdown", i)
+		}
+	}
+	if n := len(m.List(nil)); n != 0 {
+		t.Errorf("%d sandboxes listed after Shutdown", n)
+	}
+	if got := pooled(m); got != 0 {
+		t.Errorf("pool holds %d after Shutdown", got)
+	}
+	if _, err := m.Get(running[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Shutdown: %v", err)
+	}
+	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base"}); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("create after Shutdown: %v, want ErrShuttingDown", err)
+	}
+}
+
+// A create under way when Shutdown begins ends before Shutdown returns,
+// its sandbox removed: nothing may start after the manager has stopped.
+func TestShutdownWaitsForCreates(t *testing.T) {
+	m, b := newManager(t, Config{}, 0, func(b *fake.Backend) { b.SetStartDelay(50 * time.Millisecond) })
+	created := make(chan error, 1)
+	go func() {
+		_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
+		created <- err
+	}()
+	eventually(t, "the create is starting a sandbox", func() bool { return b.Starts() == 1 })
+	m.Shutdown()
+	select {
+	case err := <-created:
+		if !errors.Is(err, ErrShuttingDown) {
+			t.Errorf("create during Shutdown: %v, want ErrShuttingDown", err)
+		}
+	default:
+		t.Fatal("Shutdown returned with a create still under way")
+	}
+	for i, inst := range b.Instances() {
+		if !inst.Waited() {
+			t.Errorf("instance %d not removed when Shutdown returned", i)
+		}
+	}
+}
+
+func TestList(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	a := create(t, m, CreateRequest{Metadata: map[string]string{"team": "a", "env": "x"}})
+	b := create(t, m, CreateRequest{Metadata: map[string]string{"team": "a"}})
+	c := create(t, m, CreateRequest{Metadata: map[string]string{"team": "b"}})
+	d := create(t, m, CreateRequest{})
+	if d.Metadata == nil {
+		t.Error("a sandbox created without metadata has nil Metadata, want empty")
+	}
+	for _, tc := range []struct {
+		name   string
+		filter map[string]string
+		want   []*Sandbox
+	}{
+		{"all", nil, []*Sandbox{a, b, c, d}},
+		{"one pair", map[string]string{"team": "a"}, []*Sandbox{a, b}},
+		{"every pair", map[string]string{"team": "a", "env": "x"}, []*Sandbox{a}},
+		{"no match", map[string]string{"team": "c"}, nil},
+		{"unknown key", map[string]string{"nope": ""}, []*Sandbox{a, b, c, d}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := m.List(tc.filter)
+			// Oldest first, the id breaking ties.
+			if !slices.IsSortedFunc(got, func(x, y *Sandbox) int {
+				if c := x.StartedAt.Compare(y.StartedAt); c != 0 {
+					return c
+				}
+				return strings.Compare(x.ID, y.ID)
+			}) {
+				t.Error("not oldest first")
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d sandboxes, want %d", len(got), len(tc.want))
+			}
+			for _, sb := range tc.want {
+				if !slices.Contains(got, sb) {
+					t.Errorf("%s missing", sb.ID)
+				}
+			}
+		})
+	}
+}
+
+func TestUsage(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0, func(b *fake.Backend) { b.SetMemory(10 << 20) })
+	sb := create(t, m, CreateRequest{})
+	u, err := sb.Usage(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Memory != 10<<20 || u.CPUPercent != 0 {
+		t.Errorf("usage %+v, want 10M of memory and no CPU", u)
+	}
+	// An hour of CPU since the last call is more than one CPU can do: the
+	// share is capped at 100%.
+	instance(sb).SetUsage(backend.Usage{Memory: 10 << 20, CPU: time.Hour})
+	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 100 {
+		t.Errorf("CPUPercent = %g, want 100", u.CPUPercent)
+	}
+	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 0 {
+		t.Errorf("CPUPercent = %g with no CPU used since the last call, want 0", u.CPUPercent)
+	}
+}
+
+// A sandbox can be listed as soon as it is registered: calls on it from
+// then on must find its time to live set up (a nil timer crashed the
+// server when SetTTL or Pause came first).
+func TestCallsOnAJustListedSandbox(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, sb := range m.List(nil) {
+				m.SetTTL(sb.ID, time.Hour)
+				m.Pause(context.Background(), sb.ID)
+			}
+			runtime.Gosched() // leave the creates a CPU
+		}
+	})
+	for range 200 {
+		sb := create(t, m, CreateRequest{})
+		if err := m.Kill(sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
