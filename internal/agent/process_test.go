@@ -220,7 +220,7 @@ func TestProcessConnectToNothing(t *testing.T) {
 
 func TestSetupEnvReachesProcesses(t *testing.T) {
 	url, _ := newAgent(t)
-	// The daemon's private endpoint (agent.SetupPath + "setup").
+	// The daemon's private endpoint (agentproto.SetupPath + "setup").
 	resp, err := http.Post(url+"/airlock/setup", "application/json", bytes.NewReader([]byte(`{"envVars":{"FROM_SETUP":"1","X":"setup"}}`)))
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // These tests run the agent's handler in-process, as the test's user, with
@@ -27,31 +27,15 @@ func newAgent(t *testing.T) (url, home string) {
 	return srv.URL, home
 }
 
-// The Connect framing of a server stream: 1 flag byte, a big-endian
-// uint32 length, the JSON message; the last frame carries flagEndStream.
-// Kept to these two helpers so that the shared implementation can take
-// their place.
+// The Connect framing of a server stream, agentproto's codec; the last
+// frame carries flagEndStream.
 
-const flagEndStream = 0x02
+const flagEndStream = agentproto.FlagEndStream
 
-func writeFrame(w io.Writer, flags byte, msg []byte) {
-	var hdr [5]byte
-	hdr[0] = flags
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(msg)))
-	w.Write(hdr[:])
-	w.Write(msg)
-}
+func writeFrame(w io.Writer, flags byte, msg []byte) { agentproto.WriteEnvelope(w, flags, msg) }
 
 func readFrame(r io.Reader) (flags byte, msg []byte, err error) {
-	var hdr [5]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	msg = make([]byte, binary.BigEndian.Uint32(hdr[1:]))
-	if _, err := io.ReadFull(r, msg); err != nil {
-		return 0, nil, err
-	}
-	return hdr[0], msg, nil
+	return agentproto.ReadEnvelope(r, agentproto.MaxResponse)
 }
 
 // rpcError is a Connect error body.

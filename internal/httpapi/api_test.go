@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend/fake"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -537,16 +537,16 @@ func TestGatewayTokens(t *testing.T) {
 		hdr  http.Header
 		want int
 	}{
-		{"envd without a token", EnvdPort, nil, 401},
-		{"envd with a wrong token", EnvdPort, http.Header{"X-Access-Token": {"nope"}}, 401},
-		{"envd with another sandbox's token", EnvdPort, envd(other), 401},
-		{"envd with the API key", EnvdPort, http.Header{"X-Api-Key": {key}}, 401},
-		{"envd with the traffic token", EnvdPort, http.Header{"E2b-Traffic-Access-Token": {traffic}}, 401},
-		{"envd with the access token", EnvdPort, envd(c), 204},
-		{"interpreter without a token", CodeInterpreterPort, nil, 401},
-		{"interpreter with another's traffic token", CodeInterpreterPort, http.Header{"E2b-Traffic-Access-Token": {*other.TrafficAccessToken}}, 401},
-		{"interpreter with the traffic token", CodeInterpreterPort, http.Header{"E2b-Traffic-Access-Token": {traffic}}, 200},
-		{"interpreter with the access token", CodeInterpreterPort, envd(c), 200},
+		{"envd without a token", agentproto.EnvdPort, nil, 401},
+		{"envd with a wrong token", agentproto.EnvdPort, http.Header{"X-Access-Token": {"nope"}}, 401},
+		{"envd with another sandbox's token", agentproto.EnvdPort, envd(other), 401},
+		{"envd with the API key", agentproto.EnvdPort, http.Header{"X-Api-Key": {key}}, 401},
+		{"envd with the traffic token", agentproto.EnvdPort, http.Header{"E2b-Traffic-Access-Token": {traffic}}, 401},
+		{"envd with the access token", agentproto.EnvdPort, envd(c), 204},
+		{"interpreter without a token", agentproto.InterpreterPort, nil, 401},
+		{"interpreter with another's traffic token", agentproto.InterpreterPort, http.Header{"E2b-Traffic-Access-Token": {*other.TrafficAccessToken}}, 401},
+		{"interpreter with the traffic token", agentproto.InterpreterPort, http.Header{"E2b-Traffic-Access-Token": {traffic}}, 200},
+		{"interpreter with the access token", agentproto.InterpreterPort, envd(c), 200},
 		{"a port nobody serves", "8080", envd(c), 502},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -562,7 +562,7 @@ func TestGatewayTokens(t *testing.T) {
 
 	// The agent's private endpoints stay private, however the path is put.
 	for _, path := range []string{"/airlock/setup", "//airlock/setup", "/./airlock/setup", "/airlock/../airlock/setup", "/airlock%2Fsetup"} {
-		code, data := a.gateway(c.SandboxID, EnvdPort, "POST", path, envd(c), strings.NewReader(`{"envVars":{"LEAK":"1"}}`))
+		code, data := a.gateway(c.SandboxID, agentproto.EnvdPort, "POST", path, envd(c), strings.NewReader(`{"envVars":{"LEAK":"1"}}`))
 		if code == http.StatusNoContent {
 			t.Errorf("POST %s through the gateway reached the agent's setup: %d %s", path, code, data)
 		}
@@ -574,42 +574,33 @@ func TestGatewayTokens(t *testing.T) {
 	if code, data := a.call("DELETE", "/sandboxes/"+c.SandboxID, nil); code != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", code, data)
 	}
-	code, data := a.gateway(c.SandboxID, EnvdPort, "GET", "/health", envd(c), nil)
+	code, data := a.gateway(c.SandboxID, agentproto.EnvdPort, "GET", "/health", envd(c), nil)
 	if code != http.StatusBadGateway {
 		t.Errorf("a killed sandbox: %d %s, want 502", code, data)
 	}
 	apiError(t, code, data)
-	if code, _ := a.gateway("inope", EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
+	if code, _ := a.gateway("inope", agentproto.EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
 		t.Errorf("an unknown sandbox: %d, want 502", code)
 	}
 }
 
-// The helpers below speak the Connect protocol's server-streaming framing
-// (1 flag byte, a big-endian uint32 length, the JSON message); they are
-// kept apart so that the shared implementation can replace them.
-
-const flagEndStream = 0x02
-
+// frame is msg as one Connect envelope (agentproto's codec).
 func frame(msg any) []byte {
 	data, _ := json.Marshal(msg)
-	out := make([]byte, 5, 5+len(data))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(data)))
-	return append(out, data...)
+	var b bytes.Buffer
+	agentproto.WriteEnvelope(&b, 0, data)
+	return b.Bytes()
 }
 
-// readFrames reads frames up to the end of the stream and returns the
-// messages and the end frame's body.
+// readFrames reads envelopes up to the end of the stream and returns the
+// messages and the end envelope's body.
 func readFrames(r io.Reader) (msgs [][]byte, end []byte, err error) {
 	for {
-		var hdr [5]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		flags, data, err := agentproto.ReadEnvelope(r, agentproto.MaxResponse)
+		if err != nil {
 			return msgs, nil, fmt.Errorf("stream ended without its end frame: %w", err)
 		}
-		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
-		if _, err := io.ReadFull(r, data); err != nil {
-			return msgs, nil, err
-		}
-		if hdr[0]&flagEndStream != 0 {
+		if flags&agentproto.FlagEndStream != 0 {
 			return msgs, data, nil
 		}
 		msgs = append(msgs, data)
@@ -624,7 +615,7 @@ func (a *api) run(c created, script string) string {
 		bytes.NewReader(frame(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", script}}})))
 	req.Header.Set("Content-Type", "application/connect+json")
 	req.Header.Set("E2b-Sandbox-Id", c.SandboxID)
-	req.Header.Set("E2b-Sandbox-Port", EnvdPort)
+	req.Header.Set("E2b-Sandbox-Port", agentproto.EnvdPort)
 	req.Header.Set("X-Access-Token", c.EnvdAccessToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -691,7 +682,7 @@ func TestPauseConnectResume(t *testing.T) {
 	}
 	// Not set to resume by traffic: the gateway says so at once instead of
 	// waiting on an agent that cannot answer.
-	if code, data := a.gateway(id, EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
+	if code, data := a.gateway(id, agentproto.EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
 		t.Errorf("gateway to a paused sandbox: %d %s, want 502", code, data)
 	}
 
@@ -707,7 +698,7 @@ func TestPauseConnectResume(t *testing.T) {
 	if in.State != "running" || time.Until(in.EndAt) < 4*time.Minute {
 		t.Errorf("after connect: state %q, endAt %v; want running with the 300 s asked for", in.State, in.EndAt)
 	}
-	if code, data := a.gateway(id, EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusNoContent {
+	if code, data := a.gateway(id, agentproto.EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusNoContent {
 		t.Errorf("gateway after connect: %d %s, want 204", code, data)
 	}
 
@@ -739,7 +730,7 @@ func TestGatewayAutoResume(t *testing.T) {
 	if code, data := a.call("POST", "/sandboxes/"+c.SandboxID+"/pause", nil); code != http.StatusNoContent {
 		t.Fatalf("pause: %d %s", code, data)
 	}
-	if code, data := a.gateway(c.SandboxID, EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusNoContent {
+	if code, data := a.gateway(c.SandboxID, agentproto.EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusNoContent {
 		t.Fatalf("gateway to an auto-resuming sandbox: %d %s, want 204", code, data)
 	}
 	if in := a.info(c.SandboxID); in.State != "running" {
@@ -747,7 +738,7 @@ func TestGatewayAutoResume(t *testing.T) {
 	}
 	// A request without the token resumes nothing.
 	a.call("POST", "/sandboxes/"+c.SandboxID+"/pause", nil)
-	if code, _ := a.gateway(c.SandboxID, EnvdPort, "GET", "/health", nil, nil); code != http.StatusUnauthorized {
+	if code, _ := a.gateway(c.SandboxID, agentproto.EnvdPort, "GET", "/health", nil, nil); code != http.StatusUnauthorized {
 		t.Errorf("gateway without a token: %d, want 401", code)
 	}
 	if in := a.info(c.SandboxID); in.State != "paused" {
@@ -767,7 +758,7 @@ func TestShuttingDown(t *testing.T) {
 	if code, _ := a.call("GET", "/sandboxes/"+c.SandboxID, nil); code != http.StatusNotFound {
 		t.Errorf("get of a sandbox killed at shutdown: %d, want 404", code)
 	}
-	if code, _ := a.gateway(c.SandboxID, EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
+	if code, _ := a.gateway(c.SandboxID, agentproto.EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
 		t.Errorf("gateway after shutdown: %d, want 502", code)
 	}
 }
