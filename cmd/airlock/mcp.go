@@ -56,7 +56,7 @@ func mcpCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	backend, err := backends.get(*backendName)
+	isolation, err := backends.get(*backendName)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -66,7 +66,7 @@ func mcpCmd(args []string) error {
 	if err := openStateDir(ctx, cfg.StateDir, backends, log); err != nil {
 		return err
 	}
-	m := sandbox.NewManager(mcfg, backend, log)
+	m := sandbox.NewManager(mcfg, isolation, log)
 	defer m.Shutdown()
 	err = mcp.New(m, *timeout, log).Run(ctx, &sdk.StdioTransport{})
 	if ctx.Err() != nil || errors.Is(err, io.EOF) {

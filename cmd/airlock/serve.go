@@ -17,6 +17,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
@@ -74,7 +75,7 @@ func serveCmd(args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	backends := newBackends(cfg.StateDir, cfg.Runsc, log)
-	backend, err := backends.get(cfg.Backend)
+	isolation, err := backends.get(cfg.Backend)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -101,13 +102,13 @@ func serveCmd(args []string) error {
 		return err
 	}
 	// Older than any sandbox takes between making its cgroup and starting.
-	cgroups.SweepOrphans(time.Minute)
+	cgroups.SweepOrphans(2 * backend.SetupTimeout)
 	key, err := config.APIKey(cfg.StateDir)
 	if err != nil {
 		return err
 	}
 
-	m := sandbox.NewManager(mcfg, backend, log)
+	m := sandbox.NewManager(mcfg, isolation, log)
 	api := httpapi.New(m, key, log)
 	// MCP's streamable HTTP transport: a session's sandbox lives as long
 	// as the session, which ends when the client closes it or goes idle.

@@ -98,6 +98,11 @@ type Result struct {
 	MaxMemoryBytes  int64
 }
 
+// SetupTimeout bounds how long building a sandbox may take, from its
+// cgroup's creation to its first process running: a cleanup may take an
+// empty sandbox cgroup older than twice this for an orphan.
+const SetupTimeout = 30 * time.Second
+
 // SetupError means the sandbox could not be built, so nothing ran. Its
 // message names what failed; it does not come from user code.
 type SetupError struct{ Msg string }

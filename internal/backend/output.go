@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"sync"
 )
 
 // CappedWriter passes at most a limit of bytes to its writer and drops the
@@ -47,12 +48,17 @@ func (c *CappedWriter) Truncated() bool { return c.truncated }
 // (its own errors, a crash's trace) to log, a line at a time.
 func LineLog(log *slog.Logger) io.Writer { return &lineLog{log: log} }
 
+// lineLog may be the writer of two streams (stdout and stderr), copied
+// by two goroutines.
 type lineLog struct {
 	log *slog.Logger
+	mu  sync.Mutex
 	buf []byte
 }
 
 func (l *lineLog) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.buf = append(l.buf, b...)
 	for {
 		i := bytes.IndexByte(l.buf, '\n')

@@ -433,11 +433,16 @@ func (g cgroupV2) kill() error {
 }
 
 func (g cgroupV2) stats() (Stats, error) {
-	peak, err := readUint(g.dir, "memory.peak") // Linux 5.19
+	cur, err := readUint(g.dir, "memory.current")
 	if err != nil {
 		return Stats{}, err
 	}
-	cur, err := readUint(g.dir, "memory.current")
+	// memory.peak came with Linux 5.19; before it, the highest use seen
+	// is not kept, and the current one is the best there is.
+	peak, err := readUint(g.dir, "memory.peak")
+	if errors.Is(err, os.ErrNotExist) {
+		peak, err = cur, nil
+	}
 	if err != nil {
 		return Stats{}, err
 	}

@@ -43,4 +43,11 @@ func TestCgroupV2Files(t *testing.T) {
 	if st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
+	// Before Linux 5.19 there is no memory.peak: the current use stands in.
+	os.Remove(filepath.Join(dir, "memory.peak"))
+	st, err = g.stats()
+	want.MaxMemory = want.Memory
+	if err != nil || st != want {
+		t.Errorf("stats without memory.peak: %+v %v, want %+v", st, err, want)
+	}
 }

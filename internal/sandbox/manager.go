@@ -370,12 +370,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
 	}
-	// The CPU share of its first getMetrics counts from now.
+	// The CPU share of its first getMetrics counts from now. A host that
+	// cannot say (no cpuacct) counts from 0, as getMetrics will.
 	usage, err := inst.Usage(ctx)
 	if err != nil {
-		m.discard(inst)
-		m.metrics.createFailures.Add(1)
-		return nil, fmt.Errorf("start sandbox: %w", err)
+		m.log.Warn("sandbox usage", "err", err)
 	}
 	sb := &Sandbox{
 		ID:           newSandboxID(),
@@ -592,7 +591,9 @@ func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error 
 		if !sb.paused {
 			return nil
 		}
-		if err := sb.inst.Resume(ctx); err != nil {
+		// Not cut short by a client that goes away: a box thawed but
+		// still marked paused would refuse its traffic.
+		if err := sb.inst.Resume(context.WithoutCancel(ctx)); err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", id, err)
 		}
 		sb.paused = false

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -149,7 +150,8 @@ func (s *agentSandbox) Kill(ctx context.Context) error {
 	if errors.Is(err, os.ErrProcessDone) {
 		err = nil
 	}
-	if ferr := s.b.cg.Freeze(ctx, false); err == nil {
+	// A host without a freezer has nothing to thaw.
+	if ferr := s.b.cg.Freeze(ctx, false); err == nil && !errors.Is(ferr, cgroups.ErrNotPausable) {
 		err = ferr
 	}
 	select {

@@ -119,7 +119,7 @@ func claimIDBase() (int, *os.File, error) {
 const RootMountDir = "/run/airlock-root"
 
 // setupTimeout bounds how long building a sandbox may take.
-const setupTimeout = 30 * time.Second
+const setupTimeout = backend.SetupTimeout
 
 // Check reports whether sandboxes can be built here and spec is runnable,
 // without starting anything. Its errors are meant for the user.
@@ -437,12 +437,14 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	stop := context.AfterFunc(ctx, func() { statusR.SetReadDeadline(time.Now()) })
 	var first [1]byte
 	_, err = io.ReadFull(statusR, first[:])
-	canceled := !stop()
+	if !stop() {
+		// Canceled, whatever init said: the deadline the cancellation set
+		// may land after the reset below and break the status reader.
+		return abort(ctx.Err())
+	}
 	if err != nil || first[0] != statusRunning {
 		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
 		switch {
-		case canceled && ctx.Err() != nil:
-			return abort(ctx.Err())
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			msg = []byte(fmt.Sprintf("init did not report within %s", setupTimeout))
 		case first[0] != statusFailed:
