@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/layout"
+	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -76,6 +77,10 @@ type runFlags struct {
 	argv          []string
 	backend       string
 	runsc         string
+	net           string
+	netSet        bool
+	allow, deny   listFlag
+	dns           listFlag
 }
 
 func parseRunFlags(args []string) (*runFlags, error) {
@@ -99,6 +104,10 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON result instead of streaming output")
 	fs.StringVar(&f.backend, "backend", "namespaces", "isolation: namespaces or gvisor")
 	fs.StringVar(&f.runsc, "runsc", "", "runsc binary for --backend gvisor (default $AIRLOCK_RUNSC, then PATH)")
+	fs.Func("net", "network: none (loopback only, the default) or internet", func(s string) error { f.net, f.netSet = s, true; return nil })
+	fs.Var(&f.allow, "allow-out", "CIDR, IP, domain or *.domain the sandbox may reach (repeatable; without --net internet, nothing else)")
+	fs.Var(&f.deny, "deny-out", "CIDR, IP, domain or *.domain the sandbox may not reach (repeatable)")
+	fs.Var(&f.dns, "dns", "upstream DNS server for the sandbox's resolver, IP[:PORT] (repeatable; default: the host's /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("usage: airlock run [flags] -- COMMAND [ARG…]   or   airlock run [flags] --file F | --code C")
@@ -121,7 +130,41 @@ func parseRunFlags(args []string) (*runFlags, error) {
 		p.Mounts = append(p.Mounts, mt)
 	}
 	p.Env = f.env
+	if err := f.network(); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// network sets the policy's network from --net, --allow-out and --deny-out.
+func (f *runFlags) network() error {
+	n := &f.policy.Network
+	var err error
+	if n.AllowOut, err = policy.ParseRules(f.allow); err != nil {
+		return usageError{err.Error()}
+	}
+	if n.DenyOut, err = policy.ParseRules(f.deny); err != nil {
+		return usageError{err.Error()}
+	}
+	switch f.net {
+	case "", "none":
+		if f.netSet && len(f.allow)+len(f.deny) > 0 {
+			return usageError{"--net none takes no --allow-out or --deny-out"}
+		}
+		if len(f.allow) > 0 {
+			n.Mode = policy.NetFiltered
+		} else if len(f.deny) > 0 {
+			return usageError{"--deny-out needs a network: add --net internet or --allow-out"}
+		}
+	case "internet":
+		n.Mode = policy.NetInternet
+	default:
+		return usageError{fmt.Sprintf("--net must be none or internet, got %q", f.net)}
+	}
+	if len(f.dns) > 0 && n.Mode == policy.NetNone {
+		return usageError{"--dns needs a network: add --net internet or --allow-out"}
+	}
+	return nil
 }
 
 // command turns the flags into argv and the code files to put in the sandbox.
@@ -245,6 +288,14 @@ func runCmd(args []string) error {
 	if err := ns.Cleanup(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
 	}
+	if f.policy.Network.Mode != policy.NetNone {
+		att, err := attachNetwork(ctx, f)
+		if err != nil {
+			return err
+		}
+		defer att.Close()
+		spec.NetNS = att.Namespace()
+	}
 	res, err := b.Run(ctx, spec)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -279,6 +330,27 @@ func runCmd(args []string) error {
 		}
 	}
 	return exitError{code}
+}
+
+// attachNetwork makes the sandbox's network, in this process: its proxy
+// and resolver live as long as the run.
+func attachNetwork(ctx context.Context, f *runFlags) (*netpolicy.Attachment, error) {
+	cfg := netpolicy.Config{}
+	if len(f.dns) > 0 {
+		cfg.Upstream = f.dns
+	}
+	h, err := netpolicy.NewHost(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	if err := h.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandbox networks:", err)
+	}
+	att, err := h.Attach(ctx, "run", f.policy.Network)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox network: %w", err)
+	}
+	return att, nil
 }
 
 // exitStatus maps a result to airlock's exit code, with the conventions of

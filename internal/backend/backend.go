@@ -33,9 +33,9 @@ type Backend interface {
 	// sandbox like a timeout, but is reported as ctx.Err().
 	Run(ctx context.Context, spec *Spec) (*Result, error)
 	// Start starts a long-lived sandbox under p with the agent running
-	// inside. It returns once the box exists; the agent may still be
-	// starting (Instance.Dial waits for it).
-	Start(ctx context.Context, p policy.Policy) (Instance, error)
+	// inside, in netns (see Spec.NetNS). It returns once the box exists;
+	// the agent may still be starting (Instance.Dial waits for it).
+	Start(ctx context.Context, p policy.Policy, netns *os.File) (Instance, error)
 	// Cleanup removes what sandboxes of earlier, dead processes left
 	// behind. Live sandboxes, of this process or another, are untouched.
 	Cleanup(ctx context.Context) error
@@ -76,6 +76,10 @@ type Spec struct {
 	Stdin  io.Reader // nil: /dev/null
 	Stdout io.Writer // receives at most Policy.OutputLimit bytes
 	Stderr io.Writer // likewise
+	// NetNS is the network namespace the sandbox runs in, made by package
+	// netpolicy for a policy with a network; nil: a new one with loopback
+	// only. The backend neither configures nor closes it.
+	NetNS *os.File
 }
 
 // File is a file the host places in the sandbox's layout.CodeDir.
@@ -108,6 +112,15 @@ const SetupTimeout = 30 * time.Second
 type SetupError struct{ Msg string }
 
 func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Msg }
+
+// CheckNetNS checks, as a sandbox starts, that it has a network namespace
+// made for it exactly when its policy has a network.
+func CheckNetNS(p *policy.Policy, netns *os.File) error {
+	if (netns != nil) != (p.Network.Mode != policy.NetNone) {
+		return errors.New("a sandbox has a network namespace of its own exactly when its policy has a network")
+	}
+	return nil
+}
 
 // CheckSpec checks what every backend requires of a spec.
 func CheckSpec(spec *Spec) error {

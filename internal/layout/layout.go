@@ -44,9 +44,19 @@ var HostEtc = []string{
 // merged-/usr host, which the sandbox mirrors, or directories it shares.
 var HostRootLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
+// Resolver is the DNS server a sandbox with a network asks, the same in
+// every sandbox: the daemon answers there for each (package netpolicy).
+// It is a link-local address that no policy opens otherwise.
+const Resolver = "169.254.0.53"
+
 // GeneratedEtc are the /etc files written for each sandbox instead of
-// taken from the host: its identities and its (absent) network.
-func GeneratedEtc() map[string][]byte {
+// taken from the host: its identities and its network, with a resolver
+// when it has one (networked).
+func GeneratedEtc(networked bool) map[string][]byte {
+	resolv, hosts := "# no network in this sandbox\n", "files"
+	if networked {
+		resolv, hosts = "nameserver "+Resolver+"\n", "files dns"
+	}
 	return map[string][]byte{
 		"passwd": []byte("root:x:0:0:root:/root:/bin/bash\n" +
 			fmt.Sprintf("%s:x:%d:%d:%s:%s:/bin/bash\n", User, UID, GID, User, Home) +
@@ -54,8 +64,8 @@ func GeneratedEtc() map[string][]byte {
 		"group":         []byte(fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", User, GID)),
 		"hosts":         []byte("127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
 		"hostname":      []byte(Hostname + "\n"),
-		"resolv.conf":   []byte("# no network in this sandbox\n"),
-		"nsswitch.conf": []byte("passwd: files\ngroup: files\nhosts: files\n"),
+		"resolv.conf":   []byte(resolv),
+		"nsswitch.conf": []byte("passwd: files\ngroup: files\nhosts: " + hosts + "\n"),
 		// Every command of the E2B SDK runs in a login shell (bash -l -c):
 		// the host's /etc/profile (forks of id, profile.d scripts) would
 		// cost each one milliseconds. The environment is already set.

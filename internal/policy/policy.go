@@ -22,6 +22,7 @@ type Policy struct {
 	Mounts      []Mount       // host paths made visible inside
 	Env         []string      // KEY=VALUE pairs added to the default environment
 	Workdir     string        // working directory inside the sandbox
+	Network     Network       // what it may reach; the zero value: loopback only
 }
 
 // Mount makes a host path visible inside the sandbox.
@@ -75,6 +76,9 @@ func (p *Policy) Validate() error {
 		return fmt.Errorf("output limit must not be negative, got %d", p.OutputLimit)
 	case p.DiskBytes < minDisk:
 		return fmt.Errorf("disk limit %s is below the minimum %s", FormatSize(p.DiskBytes), FormatSize(minDisk))
+	}
+	if err := p.Network.Validate(); err != nil {
+		return err
 	}
 	if err := checkSandboxPath("workdir", p.Workdir); err != nil {
 		return err

@@ -64,6 +64,9 @@ type Config struct {
 	// AllowRequestBackend is set.
 	Backends            map[string]Backend
 	AllowRequestBackend bool
+	// Network makes the networks of sandboxes that ask for one; nil:
+	// such requests are refused.
+	Network Network
 }
 
 // Errors the API maps to statuses.
@@ -94,8 +97,10 @@ type Sandbox struct {
 	DiskMB       int64
 	// AutoResume: traffic to the sandbox while paused resumes it.
 	AutoResume bool
+	Ingress    Ingress
 
 	inst      Instance
+	net       NetAttachment // nil: loopback only
 	transport *http.Transport
 
 	mu    sync.Mutex
@@ -189,6 +194,15 @@ func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	return min(max(d.Used, 0), s.DiskMB<<21) // at most the two tmpfs' limits
 }
 
+// Network is the sandbox's network policy now, and whether it has a
+// network at all.
+func (s *Sandbox) Network() (policy.Network, bool) {
+	if s.net == nil {
+		return policy.Network{}, false
+	}
+	return s.net.Policy(), true
+}
+
 // Done is closed when the sandbox has ended, whatever the reason.
 func (s *Sandbox) Done() <-chan struct{} { return s.inst.Done() }
 
@@ -246,6 +260,11 @@ type CreateRequest struct {
 	// AutoPause: at the end of its time to live the sandbox is paused,
 	// not killed. AutoResume: traffic to it resumes it.
 	AutoPause, AutoResume bool
+	// Network is what the sandbox may reach; the zero value: loopback
+	// only. A sandbox with a network is started for the request, not
+	// taken from the pool.
+	Network policy.Network
+	Ingress Ingress
 }
 
 // Limits are the resource limits a create request may ask for. A zero
@@ -320,6 +339,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := req.Network.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	pol.Network = req.Network
+	networked := pol.Network.Mode != policy.NetNone
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -351,14 +375,25 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		}
 		backend = b
 	}
+	id := newSandboxID()
 	var inst Instance
+	var netAtt NetAttachment
 	pooled := false
-	// The pool holds sandboxes of the template's own backend and limits.
-	if backend == m.backendOf(&p.tmpl) && !custom {
+	// The pool holds sandboxes of the template's own backend and limits,
+	// without a network.
+	if backend == m.backendOf(&p.tmpl) && !custom && !networked {
 		inst, pooled = p.claim()
 	}
 	if inst == nil {
-		if inst, err = backend.Start(ctx, pol); err != nil {
+		if networked {
+			inst, netAtt, err = m.startNetworked(ctx, backend, id, pol)
+		} else {
+			inst, err = backend.Start(ctx, pol, nil)
+		}
+		if errors.Is(err, ErrInvalid) {
+			return nil, err
+		}
+		if err != nil {
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
@@ -377,7 +412,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		m.log.Warn("sandbox usage", "err", err)
 	}
 	sb := &Sandbox{
-		ID:           newSandboxID(),
+		ID:           id,
 		TemplateID:   req.TemplateID,
 		ClientID:     req.ClientID,
 		AccessToken:  newToken(),
@@ -393,6 +428,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		cpuMarkAt:    time.Now(),
 		autoPause:    req.AutoPause,
 		AutoResume:   req.AutoResume,
+		Ingress:      req.Ingress,
+		net:          netAtt,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

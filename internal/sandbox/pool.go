@@ -56,7 +56,7 @@ func (p *pool) fill() {
 	defer tick.Stop()
 	for {
 		for p.wanted() && p.m.ctx.Err() == nil {
-			inst, err := p.m.backendOf(&p.tmpl).Start(p.m.ctx, p.tmpl.Policy)
+			inst, err := p.m.backendOf(&p.tmpl).Start(p.m.ctx, p.tmpl.Policy, nil)
 			if err != nil {
 				p.m.log.Error("pool: start sandbox", "template", p.tmpl.Name, "err", err)
 				break // retry at the next tick, not in a tight loop

@@ -117,8 +117,9 @@ func (b *Backend) Live() int {
 }
 
 // Start starts an agent in a new directory. Its life is not bound to ctx,
-// which only bounds the start, as a real backend's.
-func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance, error) {
+// which only bounds the start, as a real backend's. A network namespace
+// is only remembered (NetNS): the fake agent runs in the test's own.
+func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (backend.Instance, error) {
 	b.mu.Lock()
 	b.starts++
 	n, err, delay, memory := b.starts, b.startErr, b.startDelay, b.memory
@@ -148,7 +149,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance,
 	}
 	serve, stop := context.WithCancel(context.Background())
 	i := &Instance{
-		policy: p, dir: dir, home: home, sock: sock, stop: stop,
+		policy: p, netns: netns, dir: dir, home: home, sock: sock, stop: stop,
 		done:  make(chan struct{}),
 		usage: backend.Usage{Memory: memory},
 	}
@@ -167,6 +168,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance,
 // Instance is one agent of a Backend.
 type Instance struct {
 	policy          policy.Policy
+	netns           *os.File
 	dir, home, sock string
 	stop            context.CancelFunc
 	done            chan struct{}
@@ -182,6 +184,9 @@ type Instance struct {
 
 // Policy is the policy the instance was started with.
 func (i *Instance) Policy() policy.Policy { return i.policy }
+
+// NetNS is the network namespace the instance was started with.
+func (i *Instance) NetNS() *os.File { return i.netns }
 
 // Home is the agent's home directory.
 func (i *Instance) Home() string { return i.home }

@@ -28,7 +28,7 @@ func health(ctx context.Context, inst *Instance) (int, error) {
 
 func start(t *testing.T, b *Backend) *Instance {
 	t.Helper()
-	inst, err := b.Start(t.Context(), policy.Default())
+	inst, err := b.Start(t.Context(), policy.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,14 +137,14 @@ func TestStartHooks(t *testing.T) {
 	b := New(t.TempDir(), nil)
 	boom := errors.New("boom")
 	b.SetStartError(boom)
-	if _, err := b.Start(t.Context(), policy.Default()); !errors.Is(err, boom) {
+	if _, err := b.Start(t.Context(), policy.Default(), nil); !errors.Is(err, boom) {
 		t.Errorf("Start with an injected error: %v", err)
 	}
 	b.SetStartError(nil)
 	b.SetStartDelay(time.Hour)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := b.Start(ctx, policy.Default()); !errors.Is(err, context.Canceled) {
+	if _, err := b.Start(ctx, policy.Default(), nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("delayed Start with its context canceled: %v", err)
 	}
 	if got := b.Starts(); got != 2 {

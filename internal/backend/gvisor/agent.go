@@ -44,8 +44,11 @@ var _ backend.Instance = (*agentSandbox)(nil)
 
 // Start starts a gVisor sandbox whose command is the airlock agent. It
 // returns once runsc runs; Dial waits for the agent.
-func (be *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance, error) {
+func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (backend.Instance, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := backend.CheckNetNS(&p, netns); err != nil {
 		return nil, err
 	}
 	self, err := os.Executable()
@@ -59,6 +62,7 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance
 	if err != nil {
 		return nil, err
 	}
+	b.netns = netns
 	s := &agentSandbox{runsc: be.runsc, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
 	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
 	// the host that uid is 1000 too (gVisor's gofer does not remap), and
@@ -73,7 +77,7 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance
 		return nil, err
 	}
 	p.Env = append(p.Env, agentproto.SocketEnv+"="+agentRunDir+"/agent.sock")
-	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentproto.AgentArg}}
+	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentproto.AgentArg}, NetNS: netns}
 	err = be.writeBundle(b, spec,
 		specs.Mount{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})

@@ -44,10 +44,10 @@ type etcEntry struct {
 // slow on these VMs (a walk that stats all ~800 entries costs 5 ms), so
 // the fingerprint skips the links, most of them: a link cannot change in
 // place, only be replaced, which changes its directory's mtime.
-func etcDir(stateDir string) (string, error) {
+func etcDir(stateDir string, networked bool) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "airlock etc copy %d\n", etcCopyVersion)
-	generated := layout.GeneratedEtc()
+	generated := layout.GeneratedEtc(networked)
 	for _, name := range slices.Sorted(maps.Keys(generated)) {
 		fmt.Fprintf(h, "generated %s %d\n", name, len(generated[name]))
 		h.Write(generated[name])

@@ -110,11 +110,15 @@ func (be *Backend) Run(ctx context.Context, spec *backend.Spec) (res *backend.Re
 	if err := be.Cleanup(ctx); err != nil {
 		return nil, fmt.Errorf("cleanup of earlier sandboxes: %w", err)
 	}
+	if err := backend.CheckNetNS(&spec.Policy, spec.NetNS); err != nil {
+		return nil, err
+	}
 	runsc := be.runsc
 	b, err := be.newBundle(&spec.Policy)
 	if err != nil {
 		return nil, err
 	}
+	b.netns = spec.NetNS
 	defer func() {
 		// Whatever happened, nothing of the sandbox may outlive it.
 		if rerr := b.remove(runsc); rerr != nil && err == nil {
@@ -208,6 +212,9 @@ type bundle struct {
 	lock     *os.File
 	cg       *cgroups.Cgroup
 	limits   policy.Policy // the cgroup's: the host's view of the policy
+	// netns: the network namespace the host made for the sandbox, whose
+	// interface gVisor's netstack takes over; nil: gVisor's loopback only.
+	netns *os.File
 }
 
 // newBundle makes the directory, lock and cgroup of a new sandbox.
@@ -330,7 +337,13 @@ func (b *bundle) runscRoot() string { return filepath.Join(b.stateDir, "state", 
 // runsc runs runsc for the sandbox with the backend's global flags, extra
 // ones, and a subcommand.
 func (b *bundle) runsc(runsc string, extra []string, args ...string) *exec.Cmd {
-	base := []string{"--root", b.runscRoot(), "--network", "none", "--platform", "systrap"}
+	network := "none"
+	if b.netns != nil {
+		// gVisor's netstack on the namespace's interface: the sandbox's
+		// packets leave it as packets, for the host's rules to judge.
+		network = "sandbox"
+	}
+	base := []string{"--root", b.runscRoot(), "--network", network, "--platform", "systrap"}
 	return exec.Command(runsc, append(append(base, extra...), args...)...)
 }
 
@@ -386,7 +399,7 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 			}
 		}
 	}
-	etc, err := etcDir(be.stateDir)
+	etc, err := etcDir(be.stateDir, spec.NetNS != nil)
 	if err != nil {
 		return err
 	}
@@ -436,6 +449,11 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 	mem := b.limits.MemoryBytes
 	period := uint64(100_000)
 	quota := max(int64(b.limits.CPUs*float64(period)), 1000)
+	netns := specs.LinuxNamespace{Type: "network"}
+	if spec.NetNS != nil {
+		// runsc joins the namespace by path: the daemon's descriptor.
+		netns.Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), spec.NetNS.Fd())
+	}
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	cfg := specs.Spec{
 		Version:  specs.Version,
@@ -456,7 +474,7 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{
-			Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
+			Namespaces: []specs.LinuxNamespace{{Type: "pid"}, netns, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
 			// The limits are in the cgroup Airlock made (newBundle);
 			// runsc uses a cgroup it finds as it is, and sizes the
 			// Sentry's memory and CPUs from it. The same limits here are

@@ -26,7 +26,7 @@ var _ backend.Instance = (*agentSandbox)(nil)
 // listening socket and hands it to the agent as its fd 3, so the agent
 // never needs a path of the host, and the sandbox's code never sees one.
 // The agent's log (its stderr) goes to the backend's log.
-func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance, error) {
+func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (backend.Instance, error) {
 	if err := b.prepareStateDir(); err != nil {
 		return nil, err
 	}
@@ -60,6 +60,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy) (backend.Instance,
 			Argv:   []string{layout.AgentPath, agentproto.AgentArg},
 			Stderr: log,
 			Stdout: log,
+			NetNS:  netns,
 		},
 		extraFiles: []*os.File{lf},
 		selfMount:  layout.AgentPath,

@@ -55,6 +55,10 @@ type initConfig struct {
 	Pids      int64
 	Mounts    []policy.Mount
 	Files     []backend.File
+	// Networked: init was started in a network namespace the host made
+	// and configured (package netpolicy), loopback included, and owns
+	// none of it; otherwise its namespace is new and has only loopback.
+	Networked bool
 	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
 	// host, follow firstExtraFD; the mount trees come next, one per
 	// Mounts entry, and then CommandFiles files for the command.
@@ -116,9 +120,12 @@ func setup() (int, error) {
 	if err := buildRoot(c.RootDir, c, firstExtraFD+c.CgroupFiles); err != nil {
 		return 0, err
 	}
-	// 4. Network: a fresh namespace has only loopback, and it is down.
-	if err := loopbackUp(); err != nil {
-		return 0, err
+	// 4. Network: a fresh namespace has only loopback, and it is down. A
+	// host-made one is ready, and not ours to change.
+	if !c.Networked {
+		if err := loopbackUp(); err != nil {
+			return 0, err
+		}
 	}
 	// Resolve the command now, while errors can still be reported clearly.
 	argv0, err := lookPath(c.Argv[0], c.Env)

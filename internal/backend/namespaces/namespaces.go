@@ -197,6 +197,9 @@ func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
 	if err := b.Check(spec.Spec); err != nil {
 		return nil, err
 	}
+	if err := backend.CheckNetNS(&spec.Policy, spec.NetNS); err != nil {
+		return nil, err
+	}
 	if err := b.prepareStateDir(); err != nil {
 		return nil, err
 	}
@@ -318,6 +321,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		Pids:      p.Pids,
 		Mounts:    p.Mounts,
 		Files:     spec.Files,
+		Networked: spec.NetNS != nil,
 	}
 	// Every file handed to init is closed here once init has started (or
 	// failed to); a second Close of the same file is harmless.
@@ -335,6 +339,12 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	}
 	handed = append(handed, cfgR, statusW) // configFD, statusFD
 
+	// A sandbox with a network is forked inside the namespace the host
+	// made for it; one without gets a new, empty one.
+	clone := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
+	if spec.NetNS == nil {
+		clone |= unix.CLONE_NEWNET
+	}
 	cmd := &exec.Cmd{
 		// /proc/self/exe, not the binary's path: the exec happens after the
 		// child became the sandbox's root, an unprivileged host uid that
@@ -344,8 +354,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		Args: []string{"airlock", InitArg},
 		Env:  []string{},
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			Cloneflags: clone,
 			UidMappings: []syscall.SysProcIDMap{
 				{ContainerID: 0, HostID: base, Size: 1},
 				{ContainerID: layout.UID, HostID: base + layout.UID, Size: 1},
@@ -407,7 +416,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	cmd.WaitDelay = time.Second
 
 	// Fork on the spawner thread, as the namespace's owner (spawn.go).
-	err = asOwner(base, cmd.Start)
+	err = asOwner(base, spec.NetNS, cmd.Start)
 	closeAll(handed)
 	releaseCgroup()
 	if err != nil {

@@ -49,7 +49,7 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 			r.bindEntry("/etc/"+name, "etc/"+name, fi)
 		}
 	}
-	for name, content := range layout.GeneratedEtc() {
+	for name, content := range layout.GeneratedEtc(c.Networked) {
 		r.write("etc/"+name, content, 0o644)
 	}
 	r.setattr("etc", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)

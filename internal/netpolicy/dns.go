@@ -1,0 +1,173 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
+)
+
+// resolver is one sandbox's DNS server: it answers only names the policy
+// allows, from the daemon's upstream servers, drops answers that point
+// into reserved ranges (DNS rebinding), and pins what it answered to the
+// sandbox so that the proxy can check a connection's name against it.
+type resolver struct {
+	a        *Attachment
+	upstream []string // host:port
+	client   *dns.Client
+	tcp      *dns.Client
+	limit    *rate.Limiter
+	servers  []*dns.Server
+	wg       sync.WaitGroup
+}
+
+// Queries a sandbox may send per second, and in a burst: enough for any
+// build, too few to carry much data to an allowed name's servers.
+const (
+	dnsRate  = 100
+	dnsBurst = 200
+)
+
+// dnsTimeout bounds one upstream exchange.
+const dnsTimeout = 3 * time.Second
+
+// The record types the resolver passes on; A answers are filtered and
+// pinned, AAAA answers are empty (sandboxes have IPv4 only). Others, such
+// as HTTPS records with address hints that nothing here would check, are
+// refused as not implemented.
+var forwardedTypes = map[uint16]bool{
+	dns.TypeA: true, dns.TypeCNAME: true, dns.TypeMX: true, dns.TypeTXT: true, dns.TypeSRV: true,
+	dns.TypeNS: true, dns.TypeSOA: true, dns.TypeCAA: true, dns.TypePTR: true,
+}
+
+func newResolver(a *Attachment, upstream []string) *resolver {
+	return &resolver{
+		a:        a,
+		upstream: upstream,
+		client:   &dns.Client{Net: "udp", Timeout: dnsTimeout},
+		tcp:      &dns.Client{Net: "tcp", Timeout: dnsTimeout},
+		limit:    rate.NewLimiter(dnsRate, dnsBurst),
+	}
+}
+
+// serve answers queries on pc (UDP) and ln (TCP) until close.
+func (r *resolver) serve(pc net.PacketConn, ln net.Listener) {
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: r}, {Listener: ln, Handler: r}} {
+		r.servers = append(r.servers, s)
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); _ = s.ActivateAndServe() }()
+	}
+}
+
+func (r *resolver) close() {
+	for _, s := range r.servers {
+		_ = s.Shutdown()
+	}
+	r.wg.Wait()
+}
+
+// ServeDNS answers one query.
+func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
+	resp := r.answer(q)
+	_ = w.WriteMsg(resp)
+}
+
+func (r *resolver) answer(q *dns.Msg) *dns.Msg {
+	resp := new(dns.Msg)
+	resp.SetReply(q)
+	resp.RecursionAvailable = true
+	fail := func(rcode int, ede uint16, why string) *dns.Msg {
+		resp.Rcode = rcode
+		if opt := q.IsEdns0(); opt != nil && ede != 0 {
+			resp.SetEdns0(1232, false)
+			resp.IsEdns0().Option = append(resp.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: ede, ExtraText: why})
+		}
+		return resp
+	}
+	if q.Opcode != dns.OpcodeQuery || len(q.Question) != 1 || q.Question[0].Qclass != dns.ClassINET {
+		return fail(dns.RcodeNotImplemented, 0, "")
+	}
+	if !r.limit.Allow() {
+		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeNotReady, "too many queries")
+	}
+	qt := q.Question[0].Qtype
+	name := strings.ToLower(strings.TrimSuffix(q.Question[0].Name, "."))
+	pol := r.a.policy()
+	if !nameAllowed(pol, name) {
+		r.a.log.Info("dns refused", "name", name)
+		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "not allowed by the sandbox's network policy")
+	}
+	if qt == dns.TypeAAAA {
+		return resp // no IPv6 in a sandbox: no addresses, and no error
+	}
+	if !forwardedTypes[qt] {
+		return fail(dns.RcodeNotImplemented, dns.ExtendedErrorCodeNotSupported, "record type not served")
+	}
+	up, err := r.exchange(name, qt)
+	if err != nil {
+		r.a.log.Warn("dns upstream", "name", name, "err", err)
+		return fail(dns.RcodeServerFailure, dns.ExtendedErrorCodeNetworkError, "no upstream server answered")
+	}
+	resp.Rcode = up.Rcode
+	filtered := false
+	for _, rr := range up.Answer {
+		switch rr := rr.(type) {
+		case *dns.A:
+			ip, ok := netip.AddrFromSlice(rr.A.To4())
+			if !ok || !r.a.filter.answerAllowed(pol, ip) {
+				filtered = true
+				continue
+			}
+			r.a.filter.pins.add(name, ip, time.Duration(rr.Hdr.Ttl)*time.Second)
+		case *dns.AAAA:
+			continue
+		}
+		resp.Answer = append(resp.Answer, rr)
+	}
+	if filtered && qt == dns.TypeA && !hasA(resp.Answer) {
+		r.a.log.Info("dns answer refused", "name", name, "why", "private or reserved addresses")
+		resp.Answer = nil
+		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeFiltered, "the name points to private or reserved addresses")
+	}
+	return resp
+}
+
+func hasA(rrs []dns.RR) bool {
+	for _, rr := range rrs {
+		if _, ok := rr.(*dns.A); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// exchange asks the upstream servers in turn, over TCP when UDP's answer
+// was truncated.
+func (r *resolver) exchange(name string, qt uint16) (*dns.Msg, error) {
+	if len(r.upstream) == 0 {
+		return nil, errors.New("no upstream DNS server is configured")
+	}
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qt)
+	m.SetEdns0(1232, false)
+	var err error
+	for _, up := range r.upstream {
+		ctx, cancel := context.WithTimeout(context.Background(), dnsTimeout)
+		var resp *dns.Msg
+		resp, _, err = r.client.ExchangeContext(ctx, m, up)
+		if err == nil && resp.Truncated {
+			resp, _, err = r.tcp.ExchangeContext(ctx, m, up)
+		}
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+	}
+	return nil, err
+}

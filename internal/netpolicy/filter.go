@@ -1,0 +1,190 @@
+package netpolicy
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// reserved are the destinations no sandbox reaches unless an AllowOut
+// address rule names them: a name that resolves into them (DNS rebinding)
+// never opens them. The host's own addresses and the sandboxes' subnet
+// are added per Host.
+var reserved = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
+	netip.MustParsePrefix("10.0.0.0/8"),     // private
+	netip.MustParsePrefix("100.64.0.0/10"),  // carrier-grade NAT
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata (169.254.169.254)
+	netip.MustParsePrefix("172.16.0.0/12"),  // private
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("192.168.0.0/16"), // private
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking, used inside data centres
+	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
+}
+
+// Ports whose traffic carries the name it is meant for, which is then
+// checked: the HTTP Host header and the TLS server name.
+const (
+	httpPort  = 80
+	httpsPort = 443
+)
+
+// DNS goes through the sandbox's own resolver only: a resolver elsewhere,
+// plain (53) or over TLS (853), would answer names the policy refuses.
+var dnsPorts = []uint16{53, 853}
+
+// verdict is a decision with its reason, for the log.
+type verdict struct {
+	allow  bool
+	reason string
+}
+
+// filter decides what one sandbox may reach, under its current policy and
+// the names its resolver answered.
+type filter struct {
+	special func(netip.Addr) bool // reserved, the host's, other sandboxes'
+	pins    pins
+}
+
+// checkAddr decides a connection to dst:port whose name, for HTTP and
+// TLS ports, is name ("" when unknown). The order is the policy's:
+// an address rule in AllowOut wins over everything; reserved addresses
+// are closed otherwise; a name allowed by AllowOut is trusted only at the
+// addresses the resolver gave this sandbox for it; then DenyOut; then the
+// mode.
+func (f *filter) check(pol *policy.Network, dst netip.Addr, port uint16, name string) verdict {
+	for _, r := range pol.AllowOut {
+		if r.MatchAddr(dst) {
+			return verdict{true, "allowOut " + r.String()}
+		}
+	}
+	if f.special(dst) {
+		return verdict{false, "a host, private or reserved address"}
+	}
+	for _, p := range dnsPorts {
+		if port == p {
+			return verdict{false, "DNS goes through the sandbox's resolver"}
+		}
+	}
+	if name != "" {
+		for _, r := range pol.AllowOut {
+			if r.MatchName(name) && f.pins.has(name, dst) {
+				return verdict{true, "allowOut " + r.String()}
+			}
+		}
+		for _, r := range pol.DenyOut {
+			if r.MatchName(name) {
+				return verdict{false, "denyOut " + r.String()}
+			}
+		}
+	}
+	for _, r := range pol.DenyOut {
+		if r.MatchAddr(dst) {
+			return verdict{false, "denyOut " + r.String()}
+		}
+	}
+	if pol.Mode == policy.NetInternet {
+		return verdict{true, "internet"}
+	}
+	if name != "" && nameAllowed(pol, name) {
+		return verdict{false, name + " did not resolve to this address through the sandbox's resolver"}
+	}
+	return verdict{false, "not in allowOut"}
+}
+
+// hasNameRules reports whether any rule of pol is a name.
+func hasNameRules(pol *policy.Network) bool {
+	for _, r := range append(pol.AllowOut[:len(pol.AllowOut):len(pol.AllowOut)], pol.DenyOut...) {
+		if r.Name != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// nameAllowed reports whether the resolver may answer name at all.
+func nameAllowed(pol *policy.Network, name string) bool {
+	for _, r := range pol.AllowOut {
+		if r.MatchName(name) {
+			return true
+		}
+	}
+	for _, r := range pol.DenyOut {
+		if r.MatchName(name) {
+			return false
+		}
+	}
+	return pol.Mode == policy.NetInternet
+}
+
+// answerAllowed reports whether the resolver may hand out a as an address
+// of a name: never a reserved one, unless an address rule allows it.
+func (f *filter) answerAllowed(pol *policy.Network, a netip.Addr) bool {
+	for _, r := range pol.AllowOut {
+		if r.MatchAddr(a) {
+			return true
+		}
+	}
+	return !f.special(a)
+}
+
+// pins remembers which addresses the resolver gave the sandbox for which
+// names, so that a connection presenting a name is allowed only to an
+// address that name resolved to.
+type pins struct {
+	mu sync.Mutex
+	m  map[string]map[netip.Addr]time.Time // name → address → expiry
+}
+
+// A pin outlives its DNS TTL: clients cache answers longer than they
+// should, and the address was the name's when it was given.
+const (
+	minPin  = 10 * time.Minute
+	maxPins = 4096 // names per sandbox; the oldest go first
+)
+
+func (p *pins) add(name string, a netip.Addr, ttl time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.m == nil {
+		p.m = map[string]map[netip.Addr]time.Time{}
+	}
+	if len(p.m) >= maxPins {
+		p.expire(now)
+	}
+	addrs := p.m[name]
+	if addrs == nil {
+		if len(p.m) >= maxPins {
+			return // full of live pins: the name stays unpinned, so closed
+		}
+		addrs = map[netip.Addr]time.Time{}
+		p.m[name] = addrs
+	}
+	addrs[a] = now.Add(max(ttl, minPin))
+}
+
+// expire drops what has expired; p.mu is held.
+func (p *pins) expire(now time.Time) {
+	for name, addrs := range p.m {
+		for a, until := range addrs {
+			if now.After(until) {
+				delete(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			delete(p.m, name)
+		}
+	}
+}
+
+func (p *pins) has(name string, a netip.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := p.m[name][a]
+	return ok && time.Now().Before(until)
+}

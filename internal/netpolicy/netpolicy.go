@@ -1,0 +1,421 @@
+// Package netpolicy gives sandboxes a network they may use only as their
+// policy says: a network namespace per sandbox with one veth pair to the
+// daemon, an nftables table that sends every TCP connection to the
+// daemon's proxy and DNS to the daemon's resolver and drops everything
+// else, and the proxy and resolver that apply the policy.
+//
+// Nothing a sandbox sends is routed. The proxy dials allowed destinations
+// from the host, after checking the address, and for HTTP and TLS the name
+// the client asked for against the addresses the resolver gave this
+// sandbox for it. The resolver answers only allowed names and never with
+// a private or reserved address.
+package netpolicy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/layout"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// resolverAddr is the address every sandbox's /etc/resolv.conf names
+// (layout.Resolver). It is on no interface: the sandbox's nftables table
+// redirects DNS sent there to that sandbox's resolver, so that every
+// sandbox has the same resolv.conf.
+var resolverAddr = netip.MustParseAddr(layout.Resolver)
+
+// DefaultSubnet is where the two ends of sandboxes' veth pairs get their
+// addresses, a /30 each.
+var DefaultSubnet = netip.MustParsePrefix("10.250.0.0/16")
+
+// Limits bound one sandbox's use of the network.
+type Limits struct {
+	Connections int   // open at once; 0: DefaultConnections
+	Bandwidth   int64 // bytes per second in each direction; 0: no limit
+}
+
+// DefaultConnections is how many connections a sandbox may have open at once.
+const DefaultConnections = 256
+
+// Config is a Host's configuration.
+type Config struct {
+	Subnet   netip.Prefix // zero: DefaultSubnet
+	Upstream []string     // DNS servers, host:port; nil: the host's /etc/resolv.conf
+	Limits   Limits
+}
+
+// Host makes sandbox networks in the daemon's network namespace.
+type Host struct {
+	subnet   netip.Prefix
+	upstream []string
+	limits   Limits
+	log      *slog.Logger
+
+	addrsMu sync.Mutex
+	addrs   []netip.Addr // the host's own, refreshed every addrsTTL
+	addrsAt time.Time
+}
+
+const addrsTTL = 2 * time.Second
+
+// NewHost checks cfg and returns a Host. It needs root.
+func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
+	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, log: log}
+	if !h.subnet.IsValid() {
+		h.subnet = DefaultSubnet
+	}
+	if !h.subnet.Addr().Is4() || h.subnet.Bits() > 24 || h.subnet.Bits() < 8 {
+		return nil, fmt.Errorf("network subnet %s: an IPv4 prefix of /8 to /24 is needed (a /30 per sandbox)", h.subnet)
+	}
+	h.subnet = h.subnet.Masked()
+	if h.limits.Connections <= 0 {
+		h.limits.Connections = DefaultConnections
+	}
+	if h.upstream == nil {
+		h.upstream = hostResolvers("/etc/resolv.conf")
+	}
+	for i, u := range h.upstream {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			u = net.JoinHostPort(u, "53")
+		}
+		if _, err := netip.ParseAddrPort(u); err != nil {
+			return nil, fmt.Errorf("DNS upstream %q is not an IP address with an optional port", cfg.Upstream[i])
+		}
+		h.upstream[i] = u
+	}
+	return h, nil
+}
+
+// hostResolvers reads the nameservers of a resolv.conf.
+func hostResolvers(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return []string{}
+	}
+	defer f.Close()
+	out := []string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil && a.Is4() {
+				out = append(out, netip.AddrPortFrom(a, 53).String())
+			}
+		}
+	}
+	return out
+}
+
+// Subnet is where the sandboxes' veth pairs are numbered.
+func (h *Host) Subnet() netip.Prefix { return h.subnet }
+
+// special reports whether a is reserved, the host's own, or in the
+// sandboxes' subnet: closed unless an address rule opens it.
+func (h *Host) special(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.Is4() || h.subnet.Contains(a) {
+		return true
+	}
+	for _, p := range reserved {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	for _, own := range h.ownAddrs() {
+		if own == a {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Host) ownAddrs() []netip.Addr {
+	h.addrsMu.Lock()
+	defer h.addrsMu.Unlock()
+	if time.Since(h.addrsAt) < addrsTTL {
+		return h.addrs
+	}
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return h.addrs // the last known; reserved ranges still hold
+	}
+	h.addrs = h.addrs[:0]
+	for _, ia := range ifaddrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				h.addrs = append(h.addrs, a.Unmap())
+			}
+		}
+	}
+	h.addrsAt = time.Now()
+	return h.addrs
+}
+
+// Attachment is one sandbox's network: its namespace, veth pair, table,
+// proxy and resolver, and its policy.
+type Attachment struct {
+	host   *Host
+	slot   int
+	lock   *os.File // holds slot (claimSlot)
+	ns     *os.File
+	link   link
+	rules  ruleset
+	pol    atomic.Pointer[policy.Network]
+	filter filter
+	proxy  *proxy
+	dns    *resolver
+	log    *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Attach makes a network for a sandbox under pol, whose mode must not be
+// NetNone. The sandbox's processes must run in Namespace.
+func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *Attachment, err error) {
+	if err := pol.Validate(); err != nil {
+		return nil, err
+	}
+	if pol.Mode == policy.NetNone {
+		return nil, errors.New("a sandbox without a network needs no attachment")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a = &Attachment{host: h, log: h.log.With("sandbox", id)}
+	a.filter.special = h.special
+	a.pol.Store(&pol)
+	if a.slot, a.lock, err = claimSlot(h.slots()); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	base := h.subnet.Addr().As4()
+	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	n += uint32(a.slot) * 4
+	a.link = link{
+		hostIf:    fmt.Sprintf("%s%04x", linkPrefix, a.slot),
+		hostIP:    netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
+		sandboxIP: netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
+		bits:      30,
+	}
+	a.rules = ruleset{table: fmt.Sprintf("%s%04x", tablePrefix, a.slot), hostIf: a.link.hostIf, resolver: resolverAddr}
+	// What a crashed daemon left in this slot goes first.
+	if err := removeLink(a.link.hostIf); err != nil {
+		return a, err
+	}
+	if a.ns, err = newNetns(); err != nil {
+		return a, err
+	}
+	if err := a.link.create(a.ns); err != nil {
+		return a, err
+	}
+	// The daemon's listeners, on the host's end of the pair and bound to
+	// that interface: nothing from another interface reaches them.
+	lc := net.ListenConfig{Control: bindToDevice(a.link.hostIf)}
+	on := net.JoinHostPort(a.link.hostIP.String(), "0")
+	pln, err := lc.Listen(ctx, "tcp4", on)
+	if err != nil {
+		return a, fmt.Errorf("proxy listener: %w", err)
+	}
+	a.proxy = newProxy(a, pln, h.limits)
+	dpc, err := lc.ListenPacket(ctx, "udp4", on)
+	if err != nil {
+		pln.Close()
+		return a, fmt.Errorf("resolver listener: %w", err)
+	}
+	dln, err := lc.Listen(ctx, "tcp4", on)
+	if err != nil {
+		pln.Close()
+		dpc.Close()
+		return a, fmt.Errorf("resolver listener: %w", err)
+	}
+	a.dns = newResolver(a, h.upstream)
+	a.rules.proxy = port(pln.Addr())
+	a.rules.dnsUDP = port(dpc.LocalAddr())
+	a.rules.dnsTCP = port(dln.Addr())
+	go a.proxy.serve()
+	a.dns.serve(dpc, dln)
+	if err := a.rules.install(); err != nil {
+		return a, err
+	}
+	a.log.Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
+	return a, nil
+}
+
+// Namespace is the sandbox's network namespace.
+func (a *Attachment) Namespace() *os.File { return a.ns }
+
+// Address is the sandbox's address on its interface.
+func (a *Attachment) Address() netip.Addr { return a.link.sandboxIP }
+
+// Policy is the sandbox's network policy now.
+func (a *Attachment) Policy() policy.Network { return *a.pol.Load() }
+
+func (a *Attachment) policy() *policy.Network { return a.pol.Load() }
+
+// Update replaces the sandbox's policy at once: connections it opens from
+// now on follow pol, and open ones that pol does not allow are cut. The
+// interface stays: pol's mode must not be NetNone.
+func (a *Attachment) Update(pol policy.Network) error {
+	if err := pol.Validate(); err != nil {
+		return err
+	}
+	if pol.Mode == policy.NetNone {
+		return errors.New("a sandbox's interface cannot be removed: deny everything instead")
+	}
+	a.pol.Store(&pol)
+	a.proxy.recheck()
+	a.log.Info("network policy updated", "mode", string(pol.Mode), "allow", len(pol.AllowOut), "deny", len(pol.DenyOut))
+	return nil
+}
+
+// Close removes the network: the table first (nothing is redirected any
+// more, and with the listeners gone nothing would answer), then the
+// listeners and connections, the veth pair and the namespace. The slot is
+// free again only once all of it is gone; otherwise a later Cleanup
+// retries.
+func (a *Attachment) Close() error {
+	a.closeOnce.Do(func() {
+		var errs []error
+		if a.rules.table != "" {
+			if err := removeTable(a.rules.table); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if a.proxy != nil {
+			a.proxy.close()
+		}
+		if a.dns != nil {
+			a.dns.close()
+		}
+		if a.link.hostIf != "" {
+			if err := removeLink(a.link.hostIf); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if a.ns != nil {
+			a.ns.Close()
+		}
+		if a.lock != nil && len(errs) == 0 {
+			a.lock.Close()
+		}
+		a.closeErr = errors.Join(errs...)
+	})
+	return a.closeErr
+}
+
+// Cleanup removes the veth pairs and tables of sandboxes whose daemon
+// died: those whose slot nobody holds. Live sandboxes, of this process
+// or another, are untouched.
+func (h *Host) Cleanup() error {
+	var errs []error
+	names, err := links(linkPrefix)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list interfaces: %w", err))
+	}
+	ts, err := tables()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range append(names, ts...) {
+		hex := strings.TrimPrefix(strings.TrimPrefix(n, linkPrefix), tablePrefix)
+		slot, err := strconv.ParseUint(hex, 16, 16)
+		if err != nil || int(slot) >= h.slots() {
+			continue
+		}
+		lock, err := lockSlot(int(slot))
+		if err != nil {
+			continue // alive, or a lock we cannot take: leave it
+		}
+		if strings.HasPrefix(n, linkPrefix) {
+			err = removeLink(n)
+		} else {
+			err = removeTable(n)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		lock.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// linkPrefix names the host's ends of sandboxes' veth pairs.
+const linkPrefix = "al-"
+
+// slots is how many /30s the subnet holds; slot 0 is never used (its
+// first address would be the subnet's own).
+func (h *Host) slots() int { return min(1<<(32-h.subnet.Bits())/4, 1<<16) }
+
+// slotLockFile holds a byte-range lock per slot in use, taken by every
+// airlock process on the host: two sandboxes never share addresses,
+// interface or table names, and a crash frees its slots (the kernel drops
+// the locks of a dead process).
+const slotLockFile = "/run/airlock-net.lock"
+
+func lockSlot(slot int) (*os.File, error) {
+	f, err := os.OpenFile(slotLockFile, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("network slot lock: %w", err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(slot), Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// claimSlot takes the first free slot of n, from 1.
+func claimSlot(n int) (int, *os.File, error) {
+	for slot := 1; slot < n; slot++ {
+		f, err := lockSlot(slot)
+		if err == nil {
+			return slot, f, nil
+		}
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
+			return 0, nil, err
+		}
+	}
+	return 0, nil, fmt.Errorf("no free network slot: the subnet holds %d sandboxes", n-1)
+}
+
+func bindToDevice(name string) func(string, string, syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.BindToDevice(int(fd), name) }); err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+func port(a net.Addr) uint16 {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return uint16(a.Port)
+	case *net.UDPAddr:
+		return uint16(a.Port)
+	}
+	return 0
+}

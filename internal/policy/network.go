@@ -1,0 +1,174 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// NetMode is how much of the outside a sandbox can reach.
+type NetMode string
+
+const (
+	// NetNone: loopback only, no other interface (the default).
+	NetNone NetMode = ""
+	// NetFiltered: an interface, through which only AllowOut is reachable.
+	NetFiltered NetMode = "filtered"
+	// NetInternet: every public address, less DenyOut (E2B's
+	// allowInternetAccess).
+	NetInternet NetMode = "internet"
+)
+
+// Network is a sandbox's egress policy. Whatever it says, the host, its
+// loopback, link-local and metadata addresses, private and CGNAT ranges,
+// multicast and other sandboxes are reachable only through an AllowOut
+// address rule that names them: a name never opens them.
+type Network struct {
+	Mode NetMode
+	// AllowOut wins over DenyOut, as in E2B.
+	AllowOut []Rule
+	DenyOut  []Rule
+}
+
+// Rule is a destination: an address prefix, or a DNS name. A name that
+// starts with "*." matches every name below it (at any depth), not
+// itself.
+type Rule struct {
+	Prefix netip.Prefix // valid for an address rule
+	Name   string       // lower case, without the final dot, for a name rule
+}
+
+// The most rules a policy holds: each connection is checked against all.
+const maxRules = 256
+
+// ParseRule parses a CIDR prefix, an IPv4 address or a DNS name
+// ("example.com", "*.example.com").
+func ParseRule(s string) (Rule, error) {
+	if s == "" {
+		return Rule{}, errors.New("an empty network rule")
+	}
+	if strings.ContainsAny(s, "/:") || isDigitsAndDots(s) {
+		var p netip.Prefix
+		var err error
+		if strings.Contains(s, "/") {
+			p, err = netip.ParsePrefix(s)
+		} else {
+			var a netip.Addr
+			if a, err = netip.ParseAddr(s); err == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil {
+			return Rule{}, fmt.Errorf("network rule %q is not a valid address or CIDR prefix", s)
+		}
+		if p.Addr().Zone() != "" || !p.Addr().Unmap().Is4() {
+			return Rule{}, fmt.Errorf("network rule %q: sandboxes have IPv4 only, so an IPv6 rule could never match", s)
+		}
+		return Rule{Prefix: netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), 32)).Masked()}, nil
+	}
+	name := strings.ToLower(strings.TrimSuffix(s, "."))
+	if err := checkName(strings.TrimPrefix(name, "*.")); err != nil {
+		return Rule{}, fmt.Errorf("network rule %q: %v", s, err)
+	}
+	return Rule{Name: name}, nil
+}
+
+func isDigitsAndDots(s string) bool {
+	return strings.Trim(s, "0123456789.") == ""
+}
+
+// checkName accepts host names as DNS carries them: labels of letters,
+// digits, hyphens and underscores, 1 to 63 bytes each, 253 in all.
+func checkName(name string) error {
+	if len(name) == 0 || len(name) > 253 {
+		return errors.New("a name must have 1 to 253 characters")
+	}
+	for _, label := range strings.Split(name, ".") {
+		if len(label) == 0 || len(label) > 63 {
+			return errors.New("each label of a name must have 1 to 63 characters")
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return fmt.Errorf("%q is not a character of a host name (only a leading \"*.\" may be a wildcard)", c)
+			}
+		}
+	}
+	return nil
+}
+
+// String is the rule as ParseRule reads it.
+func (r Rule) String() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	if r.Prefix.IsSingleIP() {
+		return r.Prefix.Addr().String()
+	}
+	return r.Prefix.String()
+}
+
+// MatchAddr reports whether a is in r's prefix; a name rule matches no address.
+func (r Rule) MatchAddr(a netip.Addr) bool {
+	return r.Name == "" && r.Prefix.IsValid() && r.Prefix.Contains(a.Unmap())
+}
+
+// MatchName reports whether name (lower case, no final dot) is r's name
+// or, for a "*." rule, below it.
+func (r Rule) MatchName(name string) bool {
+	switch {
+	case r.Name == "":
+		return false
+	case strings.HasPrefix(r.Name, "*."):
+		return strings.HasSuffix(name, r.Name[1:])
+	default:
+		return name == r.Name
+	}
+}
+
+// ParseRules parses each of ss with ParseRule.
+func ParseRules(ss []string) ([]Rule, error) {
+	if len(ss) > maxRules {
+		return nil, fmt.Errorf("%d network rules: at most %d are allowed", len(ss), maxRules)
+	}
+	rules := make([]Rule, 0, len(ss))
+	for _, s := range ss {
+		r, err := ParseRule(s)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+// Strings returns the rules as ParseRule reads them.
+func Strings(rules []Rule) []string {
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = r.String()
+	}
+	return out
+}
+
+// Validate reports the first problem with n.
+func (n *Network) Validate() error {
+	switch n.Mode {
+	case NetNone:
+		if len(n.AllowOut)+len(n.DenyOut) > 0 {
+			return errors.New("network rules need a network: this sandbox has loopback only")
+		}
+	case NetFiltered, NetInternet:
+	default:
+		return fmt.Errorf("unknown network mode %q", n.Mode)
+	}
+	if len(n.AllowOut) > maxRules || len(n.DenyOut) > maxRules {
+		return fmt.Errorf("at most %d allow and %d deny rules are allowed", maxRules, maxRules)
+	}
+	for _, r := range append(n.AllowOut[:len(n.AllowOut):len(n.AllowOut)], n.DenyOut...) {
+		if (r.Name == "") == !r.Prefix.IsValid() {
+			return errors.New("a network rule is either a prefix or a name")
+		}
+	}
+	return nil
+}

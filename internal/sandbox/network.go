@@ -1,0 +1,90 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// Network makes the networks of sandboxes whose policy has one (package
+// netpolicy's Host, adapted by cmd).
+type Network interface {
+	Attach(ctx context.Context, id string, pol policy.Network) (NetAttachment, error)
+}
+
+// NetAttachment is one sandbox's network.
+type NetAttachment interface {
+	// Namespace is the network namespace the sandbox must run in.
+	Namespace() *os.File
+	Policy() policy.Network
+	// Update replaces the policy; connections it no longer allows end.
+	Update(policy.Network) error
+	// Close removes the network; the sandbox must be gone.
+	Close() error
+}
+
+// Ingress is how the gateway reaches a sandbox's own servers, as E2B's
+// network options say.
+type Ingress struct {
+	// Public: requests to the sandbox's ports need no traffic token
+	// (E2B's allowPublicTraffic, true unless asked otherwise).
+	Public bool
+	// MaskHost replaces the Host header of requests passed to the
+	// sandbox's ports; "${PORT}" in it becomes the port.
+	MaskHost string
+	// HTTPSPorts are ports whose servers speak TLS: the gateway talks TLS
+	// to them, without checking their certificate.
+	HTTPSPorts []int
+}
+
+// netInstance is an instance with a network of its own, which goes with it.
+type netInstance struct {
+	Instance
+	net NetAttachment
+}
+
+// Wait removes the box, then its network: nothing may run in it by then.
+func (i netInstance) Wait() error {
+	err := i.Instance.Wait()
+	return errors.Join(err, i.net.Close())
+}
+
+// startNetworked starts a sandbox of policy p in a network made for it.
+func (m *Manager) startNetworked(ctx context.Context, b Backend, id string, p policy.Policy) (Instance, NetAttachment, error) {
+	if m.cfg.Network == nil {
+		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network", ErrInvalid)
+	}
+	att, err := m.cfg.Network.Attach(ctx, id, p.Network)
+	if err != nil {
+		return nil, nil, fmt.Errorf("network: %w", err)
+	}
+	inst, err := b.Start(ctx, p, att.Namespace())
+	if err != nil {
+		att.Close()
+		return nil, nil, err
+	}
+	return netInstance{inst, att}, att, nil
+}
+
+// UpdateNetwork replaces the network policy of sandbox id. A sandbox made
+// without a network cannot get one: its isolation was built without an
+// interface.
+func (m *Manager) UpdateNetwork(id string, pol policy.Network) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if sb.net == nil {
+		return fmt.Errorf("%w: sandbox %s was created without a network; create it with allowInternetAccess or network.allowOut (even empty) to change its network later", ErrConflict, id)
+	}
+	if pol.Mode == policy.NetNone {
+		pol.Mode = policy.NetFiltered // its interface stays, closed to everything
+	}
+	if err := sb.net.Update(pol); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
