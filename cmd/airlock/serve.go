@@ -24,6 +24,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/netpolicy"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -45,6 +47,7 @@ func serveCmd(args []string) error {
 	poolSize := fs.Int("pool-size", -1, "ready sandboxes kept per template (default 2)")
 	backendName := fs.String("backend", "", "isolation: namespaces (default) or gvisor")
 	runscPath := fs.String("runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
+	domain := fs.String("domain", "", "sandboxes' servers answer at {port}-{sandboxID}.DOMAIN (default localhost:PORT)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -73,6 +76,9 @@ func serveCmd(args []string) error {
 	if *runscPath != "" {
 		cfg.Runsc = *runscPath
 	}
+	if *domain != "" {
+		cfg.Domain = *domain
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	backends := newBackends(cfg.StateDir, cfg.Runsc, log)
 	isolation, err := backends.get(cfg.Backend)
@@ -94,6 +100,13 @@ func serveCmd(args []string) error {
 	if err := checkStateDir(cfg.StateDir); err != nil {
 		return err
 	}
+	network, err := newNetwork(&cfg, log)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if network != nil {
+		mcfg.Network = network
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return usageError{fmt.Sprintf("listen on %s: %v", cfg.Listen, errors.Unwrap(err))}
@@ -109,7 +122,11 @@ func serveCmd(args []string) error {
 	}
 
 	m := sandbox.NewManager(mcfg, isolation, log)
-	api := httpapi.New(m, key, log)
+	if cfg.Domain == "" {
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		cfg.Domain = "localhost:" + port
+	}
+	api := httpapi.New(m, key, cfg.Domain, log)
 	// MCP's streamable HTTP transport: a session's sandbox lives as long
 	// as the session, which ends when the client closes it or goes idle.
 	mcpServer := mcp.New(m, time.Duration(cfg.DefaultTimeout), log)
@@ -136,6 +153,38 @@ func serveCmd(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// newNetwork makes the host side of sandboxes' networks and removes what
+// a dead daemon's sandboxes left of theirs; nil when the configuration
+// disables networks.
+func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
+	if cfg.Network.Disabled {
+		return nil, nil
+	}
+	ncfg, err := config.NetworkHost(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h, err := netpolicy.NewHost(ncfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Cleanup(); err != nil {
+		log.Warn("cleanup of earlier sandbox networks", "err", err)
+	}
+	return &hostNetwork{h}, nil
+}
+
+// hostNetwork is a netpolicy.Host as the manager sees it.
+type hostNetwork struct{ h *netpolicy.Host }
+
+func (n *hostNetwork) Attach(ctx context.Context, id string, pol policy.Network) (sandbox.NetAttachment, error) {
+	a, err := n.h.Attach(ctx, id, pol)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // checkStateDir refuses, before anything is started, what would make the

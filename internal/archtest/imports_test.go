@@ -25,7 +25,8 @@ const module = "github.com/airlock-sandbox/airlock/"
 var allowed = map[string][]string{
 	"cmd/airlock": {"internal/agent", "internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
-		"internal/agentproto"},
+		"internal/agentproto", "internal/netpolicy"},
+	"tests/netlab": {"internal/nettest"},
 
 	"internal/policy":     {},
 	"internal/agentproto": {},
@@ -41,9 +42,14 @@ var allowed = map[string][]string{
 	"internal/agent":         {"internal/agent/jupyter", "internal/agentproto"},
 	"internal/agent/jupyter": {},
 
+	// The network's host side: a peer of the backends, which never see
+	// more of it than a namespace to run in.
+	"internal/netpolicy": {"internal/layout", "internal/policy"},
+	"internal/nettest":   {},
+
 	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
-	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto"},
-	"internal/httpapi":     {"internal/sandbox", "internal/agentproto"},
+	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy"},
+	"internal/httpapi":     {"internal/sandbox", "internal/agentproto", "internal/policy"},
 	"internal/mcp":         {"internal/sandbox", "internal/agentproto"},
 	"internal/airlocktest": {},
 	"internal/archtest":    {},

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -36,6 +38,42 @@ type Config struct {
 	MaxSandboxes        int                 `json:"maxSandboxes"`
 	PoolMemoryBudget    Size                `json:"poolMemoryBudget"`
 	Templates           map[string]Template `json:"templates"`
+	// Domain: sandboxes' servers are reached at {port}-{sandboxID}.{domain}
+	// (E2B's getHost); "" is localhost at the listening port.
+	Domain  string  `json:"domain"`
+	Network Network `json:"network"`
+}
+
+// Network is what the server offers sandboxes that ask for a network.
+type Network struct {
+	// Disabled: no sandbox gets a network; asking for one is refused.
+	Disabled bool `json:"disabled"`
+	// Subnet numbers the sandboxes' veth pairs, a /30 each.
+	Subnet string `json:"subnet"`
+	// DNS are the upstream servers of the sandboxes' resolver, IP[:PORT];
+	// none: the host's /etc/resolv.conf.
+	DNS []string `json:"dns"`
+	// Connections a sandbox may have open at once (0: 256), and its
+	// bandwidth in bytes per second each way (0: no limit).
+	Connections int  `json:"connections"`
+	Bandwidth   Size `json:"bandwidth"`
+}
+
+// NetworkHost returns the network configuration of cfg.
+func NetworkHost(cfg *Config) (netpolicy.Config, error) {
+	n := netpolicy.Config{Upstream: cfg.Network.DNS,
+		Limits: netpolicy.Limits{Connections: cfg.Network.Connections, Bandwidth: int64(cfg.Network.Bandwidth)}}
+	if cfg.Network.Subnet != "" {
+		p, err := netip.ParsePrefix(cfg.Network.Subnet)
+		if err != nil {
+			return n, fmt.Errorf("network.subnet %q is not a CIDR prefix", cfg.Network.Subnet)
+		}
+		n.Subnet = p
+	}
+	if n.Limits.Connections < 0 || n.Limits.Bandwidth < 0 {
+		return n, errors.New("network.connections and network.bandwidth must not be negative")
+	}
+	return n, nil
 }
 
 // Template overrides a template's limits and pool size; a field that is

@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,14 +28,17 @@ import (
 type Server struct {
 	m      *sandbox.Manager
 	apiKey string
+	domain string // sandboxes' hosts are {port}-{id}.{domain}
 	log    *slog.Logger
 	mux    *http.ServeMux
-	proxy  *httputil.ReverseProxy
+	proxy  *httputil.ReverseProxy // to agents
+	ports  *httputil.ReverseProxy // to the servers in sandboxes
 }
 
-// New returns the API over m, guarded by apiKey.
-func New(m *sandbox.Manager, apiKey string, log *slog.Logger) *Server {
-	s := &Server{m: m, apiKey: apiKey, log: log, mux: http.NewServeMux()}
+// New returns the API over m, guarded by apiKey, whose sandboxes' hosts
+// are {port}-{sandboxID}.{domain}.
+func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
+	s := &Server{m: m, apiKey: apiKey, domain: domain, log: log, mux: http.NewServeMux()}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "agent", "agent"
@@ -53,6 +58,42 @@ func New(m *sandbox.Manager, apiKey string, log *slog.Logger) *Server {
 				s.log.Warn("gateway", "sandbox", r.Header.Get("E2b-Sandbox-Id"), "err", err)
 			}
 			writeError(w, http.StatusBadGateway, "the sandbox's agent is not reachable")
+		},
+	}
+	s.ports = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			sb := pr.In.Context().Value(sandboxKey{}).(*sandbox.Sandbox)
+			port := pr.In.Context().Value(portKey{}).(int)
+			pr.Out.URL.Scheme = "http"
+			if slices.Contains(sb.Ingress.HTTPSPorts, port) {
+				pr.Out.URL.Scheme = "https"
+			}
+			pr.Out.URL.Host = "127.0.0.1:" + strconv.Itoa(port)
+			pr.Out.Host = pr.In.Host
+			if mask := sb.Ingress.MaskHost; mask != "" {
+				pr.Out.Host = strings.ReplaceAll(mask, "${PORT}", strconv.Itoa(port))
+			}
+			pr.SetXForwarded()
+			// Airlock's own headers and credentials stay out of the
+			// sandbox's servers.
+			for _, h := range []string{"X-Access-Token", "E2B-Traffic-Access-Token", "X-API-KEY", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			return r.Context().Value(sandboxKey{}).(*sandbox.Sandbox).PortTransport().RoundTrip(r)
+		}),
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			port := r.Context().Value(portKey{}).(int)
+			if errors.Is(err, agentproto.ErrForwardRefused) {
+				writeError(w, http.StatusBadGateway, "no server listens on port %d in the sandbox", port)
+				return
+			}
+			if !errors.Is(err, context.Canceled) {
+				s.log.Info("gateway to a sandbox port", "port", port, "err", err)
+			}
+			writeError(w, http.StatusBadGateway, "the server on port %d in the sandbox did not answer", port)
 		},
 	}
 	s.routes()
@@ -82,13 +123,20 @@ func (s *Server) routes() {
 	api("POST /sandboxes/{id}/resume", s.connect)
 	api("GET /sandboxes/{id}/metrics", s.metrics)
 	api("POST /sandboxes/{id}/pause", s.pause)
+	api("PUT /sandboxes/{id}/network", s.updateNetwork)
 }
 
-// ServeHTTP routes sandbox traffic (it carries E2b-Sandbox-Id) to the
-// gateway and everything else to the control plane.
+// ServeHTTP routes sandbox traffic to the gateway: requests that carry
+// E2b-Sandbox-Id (the SDKs, with E2B_SANDBOX_URL set) or whose host is
+// {port}-{sandboxID}.{domain} (getHost). Everything else goes to the
+// control plane.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("E2b-Sandbox-Id") != "" {
-		s.gateway(w, r)
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		s.gateway(w, r, id, r.Header.Get("E2b-Sandbox-Port"))
+		return
+	}
+	if port, id, ok := s.sandboxHost(r.Host); ok {
+		s.gateway(w, r, id, port)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
@@ -155,6 +203,7 @@ type createBody struct {
 	EnvVars             map[string]string `json:"envVars"`
 	Timeout             *int64            `json:"timeout"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             json.RawMessage   `json:"network"`
 	AutoPause           bool              `json:"autoPause"`
 	// AutoPauseMemory false asks for a pause that keeps only the files;
 	// pauses here keep everything, in memory.
@@ -166,7 +215,15 @@ type createBody struct {
 	// Backend is Airlock's own: the isolation of this sandbox, where the
 	// server allows a request to choose it.
 	Backend string `json:"backend"`
+	// Secure (older SDKs) asks for an access token: every sandbox here
+	// has one.
+	Secure bool `json:"secure"`
 }
+
+// createFields are the fields of a create request this server
+// implements; others (mcp, volumeMounts, iam, …) are refused.
+var createFields = []string{"templateID", "metadata", "envVars", "timeout", "allow_internet_access", "network",
+	"autoPause", "autoPauseMemory", "autoResume", "backend", "secure"}
 
 // sandboxJSON is the Sandbox object of create and connect.
 type sandboxJSON struct {
@@ -179,10 +236,11 @@ type sandboxJSON struct {
 	Domain             *string `json:"domain"`
 }
 
-func sandboxObject(sb *sandbox.Sandbox) sandboxJSON {
+func (s *Server) sandboxObject(sb *sandbox.Sandbox) sandboxJSON {
 	return sandboxJSON{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
 		EnvdVersion: agentproto.EnvdVersion, EnvdAccessToken: sb.AccessToken, TrafficAccessToken: &sb.TrafficToken,
+		Domain: &s.domain,
 	}
 }
 
@@ -200,15 +258,46 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	raw, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := refuseUnknown(raw, createFields, ""); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	var b createBody
-	if !decode(w, r, &b) {
+	if err := json.Unmarshal(raw, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
 		return
 	}
 	if b.TemplateID == "" {
 		b.TemplateID = "base"
 	}
-	if b.AllowInternetAccess != nil && *b.AllowInternetAccess {
-		writeError(w, http.StatusBadRequest, "internet access is not available: sandboxes on this server have no network")
+	var nb *networkBody
+	if !isEmptyJSON(b.Network) && len(b.Network) > 0 {
+		if err := refuseUnknown(b.Network, networkFields, "network."); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		nb = new(networkBody)
+		if err := json.Unmarshal(b.Network, nb); err != nil {
+			writeError(w, http.StatusBadRequest, "network: %v", err)
+			return
+		}
+	}
+	var allowOut, denyOut *[]string
+	if nb != nil {
+		allowOut, denyOut = nb.AllowOut, nb.DenyOut
+	}
+	netPol, err := egress(b.AllowInternetAccess, allowOut, denyOut)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ingress, err := nb.ingress()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	if b.AutoPauseMemory != nil && !*b.AutoPauseMemory {
@@ -232,12 +321,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Create(r.Context(), sandbox.CreateRequest{
 		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
 		Backend: b.Backend, AutoPause: b.AutoPause, AutoResume: b.AutoResume != nil && b.AutoResume.Enabled,
+		Network: netPol, Ingress: ingress,
 	})
 	if err != nil {
 		s.managerError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sandboxObject(sb))
+	writeJSON(w, http.StatusCreated, s.sandboxObject(sb))
 }
 
 // listItem is one sandbox in a list, or the detail of one.
@@ -255,6 +345,7 @@ type listItem struct {
 	EnvdVersion         string            `json:"envdVersion"`
 	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	Network             *networkInfo      `json:"network,omitempty"`
 }
 
 func item(sb *sandbox.Sandbox) listItem {
@@ -389,8 +480,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	it := item(sb)
 	it.EnvdAccessToken = sb.AccessToken
-	no := false
-	it.AllowInternetAccess = &no
+	internet, info := networkOf(sb)
+	it.AllowInternetAccess, it.Network = &internet, &info
 	writeJSON(w, http.StatusOK, it)
 }
 
@@ -464,7 +555,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, sandboxObject(sb))
+	writeJSON(w, http.StatusOK, s.sandboxObject(sb))
 }
 
 // pause stops every process of a sandbox; connect resumes it. Only a
@@ -511,19 +602,19 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}})
 }
 
-// gateway passes sandbox traffic to the sandbox's agent, once the
-// sandbox's own access token was shown.
-func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Get(r.Header.Get("E2b-Sandbox-Id"))
+// gateway passes sandbox traffic on: to the sandbox's agent for its own
+// ports (envd, code interpreter), once the sandbox's token was shown, and
+// to the servers that processes in the sandbox run for any other port.
+func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string) {
+	sb, err := s.m.Get(id)
 	if err != nil {
 		// 502, as E2B's own proxy answers for a sandbox that is gone: the
 		// SDKs read it as "not running" (isRunning) or a timeout.
 		writeError(w, http.StatusBadGateway, "sandbox not found: it was killed or its timeout passed")
 		return
 	}
-	port := r.Header.Get("E2b-Sandbox-Port")
-	if port != agentproto.EnvdPort && port != agentproto.InterpreterPort { // both served by the agent
-		writeError(w, http.StatusBadGateway, "port %q of the sandbox is not served", port)
+	if port != agentproto.EnvdPort && port != agentproto.InterpreterPort {
+		s.portGateway(w, r, sb, port)
 		return
 	}
 	// envd needs the sandbox's access token; its other ports take the
@@ -539,21 +630,15 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not found")
 		return
 	}
-	// A paused agent would never answer: resume it if it asked for that,
-	// else say so at once.
-	if sb.Paused() {
-		if !sb.AutoResume {
-			writeError(w, http.StatusBadGateway, "the sandbox is paused: connect to it to resume it")
-			return
-		}
-		if err := s.m.Resume(r.Context(), sb.ID, 0); err != nil {
-			s.managerError(w, err)
-			return
-		}
+	if !s.awake(w, r, sb) {
+		return
 	}
 	if r.URL.Path == agentproto.StartProcedure {
 		s.m.Metrics().Execs.Add(1)
 	}
+	// The agent tells the two ports apart by this header, which a
+	// request by host name does not carry.
+	r.Header.Set("E2b-Sandbox-Port", port)
 	// Streams answer while their request may still be read (the
 	// transport reads the body to its end after sending it): without full
 	// duplex, Go's server ends the request body as soon as the response
@@ -562,7 +647,73 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
 }
 
+// portGateway passes a request to the server listening on port inside
+// the sandbox, through its agent: E2B's getHost(port). Without
+// allowPublicTraffic it needs the sandbox's traffic token.
+func (s *Server) portGateway(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox, port string) {
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+		writeError(w, http.StatusBadRequest, "sandbox port %q is not a port number", port)
+		return
+	}
+	if !sb.Ingress.Public && !sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")) {
+		writeError(w, http.StatusUnauthorized, "this sandbox's ports need its traffic access token (e2b-traffic-access-token)")
+		return
+	}
+	if !s.awake(w, r, sb) {
+		return
+	}
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	ctx := context.WithValue(r.Context(), sandboxKey{}, sb)
+	s.ports.ServeHTTP(w, r.WithContext(context.WithValue(ctx, portKey{}, n)))
+}
+
+// awake reports whether sb can take traffic: a paused sandbox is resumed
+// if it asked for that, else the client is told so at once (a paused
+// agent would never answer).
+func (s *Server) awake(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox) bool {
+	if !sb.Paused() {
+		return true
+	}
+	if !sb.AutoResume {
+		writeError(w, http.StatusBadGateway, "the sandbox is paused: connect to it to resume it")
+		return false
+	}
+	if err := s.m.Resume(r.Context(), sb.ID, 0); err != nil {
+		s.managerError(w, err)
+		return false
+	}
+	return true
+}
+
+// sandboxHost reads a host of the form {port}-{sandboxID}.{domain}, as
+// the SDKs' getHost builds it. The domain's port, if any, need not match:
+// a proxy in front may listen elsewhere.
+func (s *Server) sandboxHost(host string) (port, id string, ok bool) {
+	label, rest, found := strings.Cut(strings.ToLower(host), ".")
+	if !found || s.domain == "" {
+		return "", "", false
+	}
+	if h, _, err := net.SplitHostPort(rest); err == nil {
+		rest = h
+	}
+	domain := strings.ToLower(s.domain)
+	if h, _, err := net.SplitHostPort(domain); err == nil {
+		domain = h
+	}
+	if rest != domain {
+		return "", "", false
+	}
+	port, id, found = strings.Cut(label, "-")
+	if !found || port == "" || id == "" || strings.Trim(port, "0123456789") != "" {
+		return "", "", false
+	}
+	return port, id, true
+}
+
 type sandboxKey struct{}
+
+type portKey struct{}
 
 type roundTripper func(*http.Request) (*http.Response, error)
 

@@ -46,7 +46,7 @@ func newAPI(t *testing.T, cfg sandbox.Config) *api {
 	cfg.Templates = []sandbox.Template{{Name: "base", Policy: policy.Default()}}
 	m := sandbox.NewManager(cfg, b, log)
 	t.Cleanup(m.Shutdown)
-	srv := httptest.NewServer(New(m, key, log))
+	srv := httptest.NewServer(New(m, key, "localhost:49982", log))
 	t.Cleanup(srv.Close)
 	return &api{t: t, url: srv.URL, m: m, b: b}
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -102,6 +104,7 @@ type Sandbox struct {
 	inst      Instance
 	net       NetAttachment // nil: loopback only
 	transport *http.Transport
+	ports     *http.Transport // to the sandbox's own servers, through the agent
 
 	mu    sync.Mutex
 	endAt time.Time
@@ -424,6 +427,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		DiskMB:       pol.DiskBytes >> 20,
 		inst:         inst,
 		transport:    agentTransport(inst),
+		ports:        portTransport(inst),
 		cpuMark:      usage.CPU,
 		cpuMarkAt:    time.Now(),
 		autoPause:    req.AutoPause,
@@ -699,6 +703,7 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 		m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
 	}
 	sb.transport.CloseIdleConnections()
+	sb.ports.CloseIdleConnections()
 	m.metrics.ended.Add(1)
 	m.log.Info("sandbox "+why, "sandbox", sb.ID)
 }
@@ -752,6 +757,43 @@ func agentTransport(inst Instance) *http.Transport {
 		DisableCompression:  true,
 	}
 }
+
+// portTransport speaks HTTP to the servers in inst, each connection one
+// that the agent made to the port on the sandbox's loopback. URLs name
+// the port as their host's ("http://127.0.0.1:3000/…"); an https URL
+// speaks TLS to the server without checking its certificate (E2B's
+// httpsPorts: the sandbox's own, often self-signed).
+func portTransport(inst Instance) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			_, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				return nil, err
+			}
+			c, err := inst.Dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			fc, err := agentproto.DialForward(ctx, c, port)
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			return fc, nil
+		},
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+}
+
+// PortTransport reaches the servers that processes in the sandbox run.
+func (s *Sandbox) PortTransport() http.RoundTripper { return s.ports }
 
 // newSandboxID is E2B-like: a letter and 19 lower-case hex digits.
 func newSandboxID() string {

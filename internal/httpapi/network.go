@@ -1,0 +1,182 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// refuseUnknown returns an error naming the first field of the JSON
+// object raw that is not in known and carries a value: a field this
+// server does not implement is refused, never silently dropped, so that
+// a client never believes a sandbox has what it asked for and has not.
+// A field sent as null, {}, [], false or "" asks for nothing and passes,
+// as newer SDKs send such defaults.
+func refuseUnknown(raw []byte, known []string, where string) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return fmt.Errorf("invalid JSON body: %v", err)
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if slices.Contains(known, k) || isEmptyJSON(fields[k]) {
+			continue
+		}
+		return fmt.Errorf("%s%s is not supported by this server", where, k)
+	}
+	return nil
+}
+
+func isEmptyJSON(v json.RawMessage) bool {
+	switch string(bytes.TrimSpace(v)) {
+	case "null", "{}", "[]", "false", `""`:
+		return true
+	}
+	return false
+}
+
+// networkBody is E2B's SandboxNetworkConfig, as far as it is implemented.
+type networkBody struct {
+	AllowOut           *[]string `json:"allowOut"`
+	DenyOut            *[]string `json:"denyOut"`
+	AllowPublicTraffic *bool     `json:"allowPublicTraffic"`
+	MaskRequestHost    *string   `json:"maskRequestHost"`
+	HTTPSPorts         []int     `json:"httpsPorts"`
+}
+
+// The fields of E2B's network object that Airlock implements: egress
+// rules and ingress options. rules (header transforms) and egressProxy
+// are refused by refuseUnknown.
+var networkFields = []string{"allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "httpsPorts"}
+
+// egress turns E2B's allowInternetAccess and allowOut/denyOut into a
+// policy. A sandbox gets an interface when it may reach the internet or
+// names egress rules at all (an empty allowOut makes one closed to
+// everything, whose policy can be changed later); otherwise it has
+// loopback only, Airlock's default where E2B's is the internet.
+func egress(internet *bool, allowOut, denyOut *[]string) (policy.Network, error) {
+	var n policy.Network
+	var err error
+	if allowOut != nil {
+		if n.AllowOut, err = policy.ParseRules(*allowOut); err != nil {
+			return n, fmt.Errorf("network.allowOut: %v", err)
+		}
+	}
+	if denyOut != nil {
+		if n.DenyOut, err = policy.ParseRules(*denyOut); err != nil {
+			return n, fmt.Errorf("network.denyOut: %v", err)
+		}
+	}
+	switch {
+	case internet != nil && *internet:
+		n.Mode = policy.NetInternet
+	case allowOut != nil || denyOut != nil:
+		n.Mode = policy.NetFiltered
+	}
+	return n, nil
+}
+
+// ingress reads E2B's options for reaching the sandbox's own servers.
+func (b *networkBody) ingress() (sandbox.Ingress, error) {
+	in := sandbox.Ingress{Public: true}
+	if b == nil {
+		return in, nil
+	}
+	if b.AllowPublicTraffic != nil {
+		in.Public = *b.AllowPublicTraffic
+	}
+	if b.MaskRequestHost != nil {
+		in.MaskHost = *b.MaskRequestHost
+		if strings.ContainsAny(in.MaskHost, " \t\r\n/") {
+			return in, fmt.Errorf("network.maskRequestHost %q is not a host name", in.MaskHost)
+		}
+	}
+	for _, p := range b.HTTPSPorts {
+		if p < 1 || p > 65535 {
+			return in, fmt.Errorf("network.httpsPorts: %d is not a port", p)
+		}
+		if fmt.Sprint(p) == agentproto.EnvdPort || fmt.Sprint(p) == agentproto.InterpreterPort {
+			return in, fmt.Errorf("network.httpsPorts: port %d is the sandbox agent's", p)
+		}
+	}
+	in.HTTPSPorts = b.HTTPSPorts
+	return in, nil
+}
+
+// networkInfo is the network object of getInfo.
+type networkInfo struct {
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	HTTPSPorts         []int    `json:"httpsPorts,omitempty"`
+}
+
+func networkOf(sb *sandbox.Sandbox) (internet bool, info networkInfo) {
+	n, _ := sb.Network()
+	info = networkInfo{
+		AllowOut: policy.Strings(n.AllowOut), DenyOut: policy.Strings(n.DenyOut),
+		AllowPublicTraffic: sb.Ingress.Public, MaskRequestHost: sb.Ingress.MaskHost, HTTPSPorts: sb.Ingress.HTTPSPorts,
+	}
+	return n.Mode == policy.NetInternet, info
+}
+
+// updateNetwork is PUT /sandboxes/{id}/network: the sandbox's egress
+// policy replaced at once, every field omitted cleared.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	raw, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := refuseUnknown(raw, []string{"allow_internet_access", "allowOut", "denyOut"}, ""); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var b struct {
+		AllowInternetAccess *bool     `json:"allow_internet_access"`
+		AllowOut            *[]string `json:"allowOut"`
+		DenyOut             *[]string `json:"denyOut"`
+	}
+	if err := json.Unmarshal(raw, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
+		return
+	}
+	n, err := egress(b.AllowInternetAccess, b.AllowOut, b.DenyOut)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if n.Mode == policy.NetNone {
+		n.Mode = policy.NetFiltered // the interface stays, closed
+	}
+	if err := s.m.UpdateNetwork(r.PathValue("id"), n); err != nil {
+		s.managerError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readBody reads a JSON body of at most maxBody bytes; an empty one is {}.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
+		writeError(w, http.StatusBadRequest, "request body: %v", err)
+		return nil, false
+	}
+	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
+		return []byte("{}"), true
+	}
+	return buf.Bytes(), true
+}
