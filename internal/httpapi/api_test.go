@@ -77,6 +77,10 @@ func (a *api) do(method, path string, body any, hdr http.Header) (int, http.Head
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v[0]
+			continue
+		}
 		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -172,6 +176,10 @@ func (a *api) gateway(id, port, method, path string, hdr http.Header, body io.Re
 	req.Header.Set("E2b-Sandbox-Id", id)
 	req.Header.Set("E2b-Sandbox-Port", port)
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v[0]
+			continue
+		}
 		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -478,7 +486,21 @@ func TestBadInput(t *testing.T) {
 		{"timeout past a Duration", "POST", "/v2/sandboxes", `{"timeout":18446744074}`, 400, "timeout"},
 		{"huge timeout", "POST", "/v2/sandboxes", `{"timeout":9223372036854775807}`, 400, "timeout"},
 		{"unknown template", "POST", "/v2/sandboxes", `{"templateID":"nope"}`, 400, "nope"},
-		{"internet access", "POST", "/v2/sandboxes", `{"allow_internet_access":true}`, 400, "internet"},
+		{"internet access on a server without networks", "POST", "/v2/sandboxes", `{"allow_internet_access":true}`, 400, "allowInternetAccess"},
+		{"allowOut on a server without networks", "POST", "/v2/sandboxes", `{"network":{"allowOut":["example.com"]}}`, 400, "network"},
+		{"volume mounts", "POST", "/v2/sandboxes", `{"volumeMounts":[{"name":"v","path":"/data"}]}`, 400, "volumeMounts"},
+		{"mcp", "POST", "/v2/sandboxes", `{"mcp":{"github":{}}}`, 400, "mcp"},
+		{"a field of no E2B version", "POST", "/v2/sandboxes", `{"someFutureField":{"x":1}}`, 400, "someFutureField"},
+		{"network rules", "POST", "/v2/sandboxes", `{"network":{"rules":{"api.example.com":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules"},
+		{"network egressProxy", "POST", "/v2/sandboxes", `{"network":{"egressProxy":{"address":"p:1080"}}}`, 400, "network.egressProxy"},
+		{"network not an object", "POST", "/v2/sandboxes", `{"network":[1]}`, 400, "network"},
+		{"an IPv6 allowOut", "POST", "/v2/sandboxes", `{"network":{"allowOut":["::/0"]}}`, 400, "IPv6"},
+		{"a bad denyOut", "POST", "/v2/sandboxes", `{"allow_internet_access":true,"network":{"denyOut":["exa mple.com"]}}`, 400, "denyOut"},
+		{"httpsPorts out of range", "POST", "/v2/sandboxes", `{"network":{"httpsPorts":[70000]}}`, 400, "httpsPorts"},
+		{"httpsPorts of the agent", "POST", "/v2/sandboxes", `{"network":{"httpsPorts":[49983]}}`, 400, "httpsPorts"},
+		{"network update of a sandbox without one", "PUT", "/sandboxes/" + id + "/network", `{"allow_internet_access":true}`, 409, "without a network"},
+		{"network update with rules", "PUT", "/sandboxes/" + id + "/network", `{"rules":{"a.com":[{}]}}`, 400, "rules"},
+		{"network update of no sandbox", "PUT", "/sandboxes/nope/network", `{}`, 404, "not found"},
 		{"autoPauseMemory false", "POST", "/v2/sandboxes", `{"autoPauseMemory":false}`, 400, "autoPauseMemory"},
 		{"env var with =", "POST", "/v2/sandboxes", `{"envVars":{"A=B":"1"}}`, 400, "A=B"},
 		{"empty env var name", "POST", "/v2/sandboxes", `{"envVars":{"":"1"}}`, 400, "environment variable"},
@@ -506,10 +528,10 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	// The SDKs add fields from one version to the next: unknown ones are
-	// ignored, not refused.
-	if code, data := a.call("POST", "/v2/sandboxes", `{"templateID":"base","secure":true,"someFutureField":{"x":1}}`); code != http.StatusCreated {
-		t.Errorf("create with unknown fields: %d %s, want 201", code, data)
+	// The SDKs add fields from one version to the next, sent empty when
+	// unused: those ask for nothing, and pass.
+	if code, data := a.call("POST", "/v2/sandboxes", `{"templateID":"base","secure":true,"mcp":null,"volumeMounts":[],"someFutureField":null,"network":{"rules":{}}}`); code != http.StatusCreated {
+		t.Errorf("create with empty unknown fields: %d %s, want 201", code, data)
 	}
 	if in := a.info(id); in.State != "running" {
 		t.Errorf("sandbox %s after refused requests: %+v", id, in)

@@ -23,6 +23,9 @@ import (
 func refuseUnknown(raw []byte, known []string, where string) error {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
+		if where != "" {
+			return fmt.Errorf("%s is not a JSON object", strings.TrimSuffix(where, "."))
+		}
 		return fmt.Errorf("invalid JSON body: %v", err)
 	}
 	names := make([]string, 0, len(fields))

@@ -55,7 +55,7 @@ func (i netInstance) Wait() error {
 // startNetworked starts a sandbox of policy p in a network made for it.
 func (m *Manager) startNetworked(ctx context.Context, b Backend, id string, p policy.Policy) (Instance, NetAttachment, error) {
 	if m.cfg.Network == nil {
-		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network", ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network: create without allowInternetAccess and network.allowOut/denyOut", ErrInvalid)
 	}
 	att, err := m.cfg.Network.Attach(ctx, id, p.Network)
 	if err != nil {

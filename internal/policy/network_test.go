@@ -1,0 +1,121 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseRule(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string // want "" with an error mentioning errWant
+		errWant  string
+	}{
+		{in: "203.0.113.7", want: "203.0.113.7"},
+		{in: "203.0.113.0/24", want: "203.0.113.0/24"},
+		{in: "203.0.113.9/24", want: "203.0.113.0/24"}, // masked
+		{in: "0.0.0.0/0", want: "0.0.0.0/0"},
+		{in: "::ffff:203.0.113.7", want: "203.0.113.7"},
+		{in: "Example.COM.", want: "example.com"},
+		{in: "*.example.com", want: "*.example.com"},
+		{in: "under_score.example", want: "under_score.example"},
+		{in: "localhost", want: "localhost"},
+		{in: "", errWant: "empty"},
+		{in: "::/0", errWant: "IPv6"},
+		{in: "2001:db8::1", errWant: "IPv6"},
+		{in: "10.0.0.300", errWant: "not a valid address"},
+		{in: "10.0.0", errWant: "not a valid address"},
+		{in: "example.com:443", errWant: "not a valid address"},
+		{in: "*", errWant: "character"},
+		{in: "a.*.example.com", errWant: "character"},
+		{in: "exa mple.com", errWant: "character"},
+		{in: "a..b", errWant: "label"},
+		{in: strings.Repeat("a", 64) + ".com", errWant: "label"},
+		{in: strings.Repeat("a.", 130) + "com", errWant: "253"},
+	} {
+		r, err := ParseRule(tc.in)
+		switch {
+		case tc.errWant != "":
+			if err == nil || !strings.Contains(err.Error(), tc.errWant) {
+				t.Errorf("ParseRule(%q) = %v, %v; want an error mentioning %q", tc.in, r, err, tc.errWant)
+			}
+		case err != nil:
+			t.Errorf("ParseRule(%q): %v", tc.in, err)
+		case r.String() != tc.want:
+			t.Errorf("ParseRule(%q) = %s, want %s", tc.in, r, tc.want)
+		}
+	}
+}
+
+func TestRuleMatch(t *testing.T) {
+	mustRule := func(s string) Rule {
+		r, err := ParseRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	wild, exact, cidr := mustRule("*.example.com"), mustRule("example.com"), mustRule("198.51.100.0/24")
+	for _, tc := range []struct {
+		r    Rule
+		name string
+		want bool
+	}{
+		{wild, "a.example.com", true},
+		{wild, "a.b.example.com", true},
+		{wild, "example.com", false},
+		{wild, "badexample.com", false},
+		{exact, "example.com", true},
+		{exact, "a.example.com", false},
+		{cidr, "198.51.100.7", false}, // a name never matches an address rule
+	} {
+		if got := tc.r.MatchName(tc.name); got != tc.want {
+			t.Errorf("%s matches name %s: %v, want %v", tc.r, tc.name, got, tc.want)
+		}
+	}
+	if !cidr.MatchAddr(netip.MustParseAddr("198.51.100.7")) || cidr.MatchAddr(netip.MustParseAddr("198.51.101.7")) {
+		t.Error("address rule matches wrongly")
+	}
+	if exact.MatchAddr(netip.MustParseAddr("198.51.100.7")) {
+		t.Error("a name rule matched an address")
+	}
+}
+
+func TestNetworkValidate(t *testing.T) {
+	r, _ := ParseRule("example.com")
+	for _, tc := range []struct {
+		n    Network
+		want string
+	}{
+		{Network{}, ""},
+		{Network{Mode: NetFiltered}, ""},
+		{Network{Mode: NetInternet, DenyOut: []Rule{r}}, ""},
+		{Network{AllowOut: []Rule{r}}, "need a network"},
+		{Network{Mode: "wifi"}, "unknown network mode"},
+		{Network{Mode: NetFiltered, AllowOut: []Rule{{}}}, "either a prefix or a name"},
+		{Network{Mode: NetFiltered, AllowOut: make([]Rule, maxRules+1)}, "at most"},
+	} {
+		err := tc.n.Validate()
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.n, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseRule: no input crashes the parser, and what it accepts reads
+// back as itself.
+func FuzzParseRule(f *testing.F) {
+	for _, s := range []string{"203.0.113.7", "10.0.0.0/8", "*.example.com", "example.com.", "::/0", "a..b", "1.2.3.4/33"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRule(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseRule(r.String())
+		if err != nil || again != r {
+			t.Fatalf("ParseRule(%q) = %v, which reads back as %v, %v", s, r, again, err)
+		}
+	})
+}
