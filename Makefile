@@ -6,6 +6,9 @@ GO ?= go
 # Static: the same binary runs as the sandbox's init and, later, its agent.
 export CGO_ENABLED := 0
 BIN := bin/airlock
+# A fake internet in network namespaces of the tests' own, in which the
+# SDK suites run (tests/netlab).
+NETLAB := bin/netlab
 # gVisor's runsc, built from the Go module proxy (no prebuilt downloads
 # here) at a pinned version, static as it must be.
 RUNSC := bin/runsc
@@ -14,7 +17,7 @@ export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
 # Debian packages the default sandbox template is expected to provide,
 # and the C toolchain of go test -race (cgo).
-APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev
+APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev iproute2 nftables
 
 # Packages whose tests need no root (the fake backend stands in for real
 # sandboxes): run under the race detector as the user nobody.
@@ -27,6 +30,7 @@ all: build
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
+	$(GO) build -trimpath -o $(NETLAB) ./tests/netlab
 
 # Installs only what is missing; needs root and Debian's apt.
 deps:
@@ -53,9 +57,10 @@ test-unprivileged: deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -exec $(CURDIR)/tests/as-nobody $(UNPRIVILEGED)
 
 # The official E2B SDKs (pinned in tests/e2b/package-lock.json) against a
-# real airlock serve started by the tests, on each backend.
+# real airlock serve started by the tests, on each backend, inside the
+# fake internet: no packet of theirs can leave the machine.
 test-sdk: deps build runsc
-	cd tests/e2b && npm ci --no-audit --no-fund && npm test && AIRLOCK_TEST_BACKEND=gvisor npm test
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) npm test && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) npm test
 
 run: deps build
 	$(BIN) run -- /usr/bin/python3 -c 'import platform; print("hello from", platform.node())'
@@ -74,6 +79,7 @@ bench-serve: deps build
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy
 	$(GO) test -run=^$$ -fuzz=FuzzParseMount -fuzztime=30s ./internal/policy
+	$(GO) test -run=^$$ -fuzz=FuzzParseRule -fuzztime=30s ./internal/policy
 	$(GO) test -run=^$$ -fuzz=FuzzReadEnvelope -fuzztime=30s ./internal/agentproto
 	$(GO) test -run=^$$ -fuzz=FuzzEnvelopeRoundTrip -fuzztime=30s ./internal/agentproto
 

@@ -1,0 +1,309 @@
+// Sandbox networks through the official E2B SDK, against a fake internet
+// of the test's own: tests/netlab runs this suite in a network namespace
+// whose only uplink leads to the lab's DNS, HTTP, TLS and TCP servers
+// (internal/nettest), so no packet can leave the machine. Its addresses:
+//   allowed.test 203.0.113.10, denied.test 203.0.113.20, other.test
+//   203.0.113.30 (HTTP 80, TLS 443, a banner on 7000 everywhere),
+//   rebind.test → 10.99.0.5 (private), 198.51.100.7 (allowed by address
+//   only), 169.254.169.254 (metadata), DNS 203.0.113.53; the host (where
+//   the daemon and this test run) is 203.0.113.2.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { request } from 'node:http'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Sandbox } from 'e2b'
+import { startServer, sleep } from './harness.mjs'
+
+const labDNS = process.env.AIRLOCK_LAB_DNS
+const skip = !labDNS && 'the network suite needs the fake internet: run it under tests/netlab (make test does)'
+
+// Run in the sandbox: one probe per call, one line out, "OK …" or "FAIL …".
+const probeScript = String.raw`
+import socket, ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile="/home/user/lab-ca.pem")
+def probe(kind, *a):
+    if kind == "http":
+        return urllib.request.urlopen(a[0], timeout=5, context=ctx).read().decode().strip()
+    if kind == "resolve":
+        return socket.gethostbyname(a[0])
+    if kind == "tcp":
+        s = socket.create_connection((a[0], int(a[1])), timeout=5)
+        s.settimeout(5)
+        data = s.recv(200)
+        if not data:
+            raise ConnectionError("closed without a byte")
+        return data.decode().strip()
+    if kind == "sni":  # TLS to address a[0] presenting name a[1]
+        s = socket.create_connection((a[0], 443), timeout=5)
+        c = ssl.create_default_context(cafile="/home/user/lab-ca.pem").wrap_socket(s, server_hostname=a[1])
+        c.sendall(b"GET / HTTP/1.0\r\nHost: " + a[1].encode() + b"\r\n\r\n")
+        return c.recv(200).decode().split("\r\n")[0]
+    if kind == "udpdns":  # a query for allowed.test straight to a[0]
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        s.sendto(bytes.fromhex("abcd0100000100000000000007616c6c6f77656404746573740000010001"), (a[0], 53))
+        return s.recv(512).hex()
+    if kind == "myip":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("203.0.113.1", 9))
+        return s.getsockname()[0]
+try:
+    print("OK", probe(*sys.argv[1:]))
+except Exception as e:
+    print("FAIL", type(e).__name__, e)
+`
+
+let server, cfgDir
+before(async () => {
+  if (skip) return
+  cfgDir = mkdtempSync(join(tmpdir(), 'airlock-net-test-'))
+  const cfg = join(cfgDir, 'config.json')
+  writeFileSync(cfg, JSON.stringify({ network: { dns: [labDNS] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  server = await startServer(['--config', cfg])
+})
+after(async () => {
+  if (skip) return
+  const { code } = await server.stop()
+  rmSync(cfgDir, { recursive: true, force: true })
+  assert.equal(code, 0)
+  assert.deepEqual(sandboxLinks(), [], 'no veth of a sandbox outlives the daemon')
+  assert.deepEqual(sandboxTables(), [], 'no nftables table of a sandbox outlives the daemon')
+})
+
+// The host ends of sandboxes' veth pairs, and their nftables tables.
+const sandboxLinks = () => execFileSync('ip', ['-o', 'link', 'show']).toString().split('\n')
+  .map((l) => l.split(': ')[1]?.split('@')[0]).filter((n) => n?.startsWith('al-'))
+const sandboxTables = () => execFileSync('nft', ['list', 'tables']).toString().split('\n')
+  .filter((l) => l.includes('airlock-'))
+
+async function create(opts = {}) {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, ...opts })
+  await sbx.files.write('/home/user/probe.py', probeScript)
+  await sbx.files.write('/home/user/lab-ca.pem', readFileSync(process.env.AIRLOCK_LAB_CA, 'utf8'))
+  return sbx
+}
+
+async function probe(sbx, ...args) {
+  const r = await sbx.commands.run(`python3 /home/user/probe.py ${args.join(' ')}`, { timeoutMs: 30_000 })
+  return r.stdout.trim()
+}
+
+async function expectOK(sbx, match, ...args) {
+  const out = await probe(sbx, ...args)
+  assert.match(out, /^OK /, `${args.join(' ')}: ${out}`)
+  if (match) assert.match(out, match, `${args.join(' ')}: ${out}`)
+}
+
+async function expectFail(sbx, ...args) {
+  const out = await probe(sbx, ...args)
+  assert.match(out, /^FAIL /, `${args.join(' ')} should fail: ${out}`)
+}
+
+// A listener on the host that must never hear from a sandbox.
+async function hostListener(addr) {
+  let accepted = 0
+  const srv = createServer((c) => { accepted++; c.destroy() })
+  await new Promise((ok) => srv.listen(0, addr, ok))
+  return { port: srv.address().port, accepted: () => accepted, close: () => srv.close() }
+}
+
+test('a sandbox without a network reaches nothing, and says so', { skip }, async () => {
+  const sbx = await create()
+  try {
+    await expectFail(sbx, 'tcp', '203.0.113.10', '80')
+    await expectFail(sbx, 'resolve', 'allowed.test')
+    assert.equal((await sbx.getInfo()).allowInternetAccess, false)
+    const links = await sbx.commands.run('cat /proc/net/dev')
+    assert.doesNotMatch(links.stdout, /eth0/, 'no interface but loopback')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('allowInternetAccess: the internet, but not the host, its loopback, metadata or private ranges', { skip }, async () => {
+  const onHost = await hostListener('203.0.113.2')
+  const onLoopback = await hostListener('127.0.0.1')
+  const sbx = await create({ allowInternetAccess: true })
+  try {
+    assert.equal((await sbx.getInfo()).allowInternetAccess, true)
+    await expectOK(sbx, /hello from 203\.0\.113\.10 for allowed\.test/, 'http', 'http://allowed.test/')
+    await expectOK(sbx, /hello from 203\.0\.113\.10 for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectOK(sbx, /banner from 203\.0\.113\.30/, 'tcp', '203.0.113.30', '7000')
+    await expectFail(sbx, 'tcp', '203.0.113.2', String(onHost.port))
+    await expectFail(sbx, 'tcp', '10.99.0.5', '80')
+    await expectFail(sbx, 'tcp', '169.254.169.254', '80')
+    await expectFail(sbx, 'resolve', 'rebind.test')
+    // DNS only through the sandbox's own resolver.
+    await expectFail(sbx, 'udpdns', '203.0.113.53')
+    await expectFail(sbx, 'tcp', '203.0.113.53', '53')
+    assert.equal(onHost.accepted(), 0, 'the host heard from the sandbox')
+    assert.equal(onLoopback.accepted(), 0, "the host's loopback heard from the sandbox")
+  } finally {
+    await sbx.kill()
+    onHost.close()
+    onLoopback.close()
+  }
+})
+
+test('allowOut by name and by address, nothing else', { skip }, async () => {
+  const sbx = await create({ network: { allowOut: ['allowed.test', '198.51.100.0/24'] } })
+  try {
+    await expectOK(sbx, /for allowed\.test/, 'http', 'http://allowed.test/')
+    await expectOK(sbx, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectOK(sbx, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+    await expectFail(sbx, 'resolve', 'denied.test')
+    await expectFail(sbx, 'tcp', '203.0.113.20', '80')
+    await expectFail(sbx, 'tcp', '203.0.113.30', '7000')
+    // The allowed name's address, asked for another name: cut.
+    await expectOK(sbx, /200 OK/, 'sni', '203.0.113.10', 'allowed.test')
+    await expectFail(sbx, 'sni', '203.0.113.10', 'other.test')
+    // The allowed name presented to an address it did not resolve to.
+    await expectFail(sbx, 'sni', '203.0.113.30', 'allowed.test')
+    const info = await sbx.getInfo()
+    assert.equal(info.allowInternetAccess, false)
+    assert.deepEqual(info.network.allowOut, ['allowed.test', '198.51.100.0/24'])
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('denyOut by address and by name, on top of the internet', { skip }, async () => {
+  const sbx = await create({ allowInternetAccess: true, network: { denyOut: ['203.0.113.20', 'other.test'] } })
+  try {
+    await expectOK(sbx, /for allowed\.test/, 'http', 'http://allowed.test/')
+    await expectOK(sbx, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+    await expectFail(sbx, 'tcp', '203.0.113.20', '7000')
+    await expectFail(sbx, 'resolve', 'other.test')
+    await expectFail(sbx, 'sni', '203.0.113.30', 'other.test')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('two sandboxes cannot reach each other', { skip }, async () => {
+  const a = await create({ allowInternetAccess: true })
+  const b = await create({ allowInternetAccess: true })
+  try {
+    await a.commands.run('cd /home/user && python3 -c "import socket,time; s=socket.socket(); s.bind((\'0.0.0.0\', 8000)); s.listen(); c,_=s.accept(); c.send(b\'hi from a\'); time.sleep(1)"', { background: true })
+    await sleep(500)
+    const ip = (await probe(a, 'myip')).split(' ')[1]
+    assert.match(ip, /^\d+\.\d+\.\d+\.\d+$/)
+    await expectFail(b, 'tcp', ip, '8000')
+    await expectOK(a, /hi from a/, 'tcp', '127.0.0.1', '8000')
+  } finally {
+    await a.kill()
+    await b.kill()
+  }
+})
+
+test('updateNetwork changes a running sandbox at once, open connections included', { skip }, async () => {
+  const sbx = await create({ allowInternetAccess: true })
+  try {
+    await expectOK(sbx, /banner/, 'tcp', '198.51.100.7', '7000')
+    // A connection opened before the change, used after it.
+    const held = await sbx.commands.run(String.raw`python3 -c "
+import socket, os, time
+s = socket.create_connection(('203.0.113.10', 80), timeout=5)
+s.sendall(b'GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n'); s.recv(500)
+open('/tmp/ready', 'w').close()
+while not os.path.exists('/tmp/go'): time.sleep(0.05)
+try:
+    s.sendall(b'GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n'); print('second request:', s.recv(500)[:15])
+except Exception as e: print('second request failed:', type(e).__name__)
+"`, { background: true })
+    for (let i = 0; i < 100 && !(await sbx.files.exists('/tmp/ready')); i++) await sleep(50)
+    await sbx.updateNetwork({ allowOut: ['allowed.test'] })
+    await sbx.files.write('/tmp/go', '')
+    const done = await held.wait()
+    assert.match(done.stdout, /second request failed|second request: b''/, done.stdout)
+
+    await expectOK(sbx, /for allowed\.test/, 'http', 'http://allowed.test/')
+    await expectFail(sbx, 'tcp', '198.51.100.7', '7000')
+    assert.deepEqual((await sbx.getInfo()).network.allowOut, ['allowed.test'])
+    await sbx.updateNetwork({ allowInternetAccess: false })
+    await expectFail(sbx, 'http', 'http://allowed.test/')
+    await sbx.updateNetwork({ allowInternetAccess: true })
+    await expectOK(sbx, /banner/, 'tcp', '198.51.100.7', '7000')
+  } finally {
+    await sbx.kill()
+  }
+  // A sandbox made without a network has no interface to open.
+  const sealed = await Sandbox.create()
+  try {
+    await assert.rejects(sealed.updateNetwork({ allowInternetAccess: true }), /without a network/)
+  } finally {
+    await sealed.kill()
+  }
+})
+
+// A request through the gateway by host name, as getHost(port) gives it.
+function viaGateway(host, headers = {}) {
+  const url = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((ok, fail) => {
+    const req = request({ host: url.hostname, port: url.port, path: '/hello.txt', headers: { host, ...headers } }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => ok({ status: res.statusCode, body }))
+    })
+    req.on('error', fail)
+    req.end()
+  })
+}
+
+test('a web server in a sandbox answers through getHost(port); a private one needs the traffic token', { skip }, async () => {
+  const pub = await create()
+  const priv = await create({ network: { allowPublicTraffic: false } })
+  try {
+    for (const sbx of [pub, priv]) {
+      await sbx.files.write('/home/user/hello.txt', `hello from ${sbx.sandboxId}`)
+      await sbx.commands.run('cd /home/user && python3 -m http.server 8000 --bind 127.0.0.1', { background: true })
+    }
+    let res
+    for (let i = 0; i < 50; i++) {
+      res = await viaGateway(pub.getHost(8000))
+      if (res.status === 200) break
+      await sleep(100)
+    }
+    assert.equal(res.status, 200, res.body)
+    assert.equal(res.body, `hello from ${pub.sandboxId}`)
+    assert.match(pub.getHost(8000), new RegExp(`^8000-${pub.sandboxId}\\.`))
+
+    res = await viaGateway(priv.getHost(8000))
+    assert.equal(res.status, 401, res.body)
+    assert.match(res.body, /traffic access token/)
+    for (let i = 0; i < 50; i++) {
+      res = await viaGateway(priv.getHost(8000), { 'e2b-traffic-access-token': priv.trafficAccessToken })
+      if (res.status === 200) break
+      await sleep(100)
+    }
+    assert.equal(res.status, 200, res.body)
+    assert.equal(res.body, `hello from ${priv.sandboxId}`)
+    res = await viaGateway(pub.getHost(8001))
+    assert.equal(res.status, 502)
+    assert.match(res.body, /no server listens on port 8001/)
+  } finally {
+    await pub.kill()
+    await priv.kill()
+  }
+})
+
+test('network options Airlock does not implement are refused, naming the field', { skip }, async () => {
+  await assert.rejects(Sandbox.create({ network: { rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } } }), /network\.rules/)
+  await assert.rejects(Sandbox.create({ network: { egressProxy: { address: 'proxy.test:1080' } } }), /network\.egressProxy/)
+  await assert.rejects(Sandbox.create({ volumeMounts: { '/data': 'vol' } }), /volumeMounts/)
+  await assert.rejects(Sandbox.create({ network: { allowOut: ['::/0'] } }), /IPv6/)
+  await assert.rejects(Sandbox.create({ network: { allowOut: ['not a name'] } }), /allowOut/)
+})
+
+test('nothing of a sandbox network outlives the sandbox', { skip }, async () => {
+  const before = sandboxLinks().length
+  const sbx = await create({ allowInternetAccess: true })
+  assert.equal(sandboxLinks().length, before + 1)
+  assert.ok(sandboxTables().length >= 1)
+  await sbx.kill()
+  assert.equal(sandboxLinks().length, before)
+})
