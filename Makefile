@@ -22,7 +22,7 @@ APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-
 # Packages whose tests need no root (the fake backend stands in for real
 # sandboxes): run under the race detector as the user nobody.
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
-	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/
+	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/
 
 .PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve fuzz clean
 

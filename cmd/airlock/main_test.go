@@ -84,6 +84,13 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "is not KEY=VALUE"},
 		{[]string{"run"}, "nothing to run"},
 		{[]string{"run", "--code", "print(1)", "--", "true"}, "not both"},
+		{[]string{"run", "--net", "wifi", "--", "true"}, "--net must be none or internet"},
+		{[]string{"run", "--deny-out", "203.0.113.7", "--", "true"}, "--deny-out needs a network"},
+		{[]string{"run", "--net", "none", "--allow-out", "example.com", "--", "true"}, "--net none takes no"},
+		{[]string{"run", "--allow-out", "::/0", "--", "true"}, "IPv6"},
+		{[]string{"run", "--allow-out", "exa mple.com", "--", "true"}, "network rule"},
+		{[]string{"run", "--dns", "203.0.113.53", "--", "true"}, "--dns needs a network"},
+		{[]string{"run", "--net", "internet", "--dns", "resolver.example", "--", "true"}, "DNS upstream"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := airlock(t, "", tc.args...)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/nettest"
 )
 
 // server is a running airlock serve.
@@ -24,9 +25,17 @@ type server struct {
 	cmd      *exec.Cmd
 	url, key string
 	stateDir string
+	client   *http.Client
 }
 
 func startServe(t *testing.T, stateDir string, args ...string) *server {
+	t.Helper()
+	return startServeIn(t, nil, stateDir, args...)
+}
+
+// startServeIn starts airlock serve in the lab's host namespace (nil: the
+// test's own), and talks to it there.
+func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...string) *server {
 	t.Helper()
 	airlocktest.RequiresRoot(t)
 	cmd := exec.Command(airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)...)
@@ -37,10 +46,15 @@ func startServe(t *testing.T, stateDir string, args ...string) *server {
 	}
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
+	start, client := cmd.Start, http.DefaultClient
+	if lab != nil {
+		start = func() error { return nettest.Do(lab.Host, cmd.Start) }
+		client = &http.Client{Transport: &http.Transport{DialContext: lab.DialContext}}
+	}
+	if err := start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, key: "e2b_test_key", stateDir: stateDir}
+	s := &server{cmd: cmd, key: "e2b_test_key", stateDir: stateDir, client: client}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "E2B_API_URL="); ok {
@@ -79,7 +93,7 @@ func (s *server) do(t *testing.T, method, path string, body any, hdr map[string]
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +131,10 @@ func (s *server) run(t *testing.T, c created, script string) string {
 	for k, v := range sandboxHeaders(c, c.EnvdAccessToken) {
 		hdr.Set(k, v)
 	}
-	agent := &agentproto.Client{Transport: http.DefaultTransport, URL: s.url, Header: hdr}
+	agent := &agentproto.Client{Transport: s.client.Transport, URL: s.url, Header: hdr}
+	if agent.Transport == nil {
+		agent.Transport = http.DefaultTransport
+	}
 	req := agentproto.StartRequest{Process: &agentproto.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}}
 	var stdout []byte
 	for m, err := range agentproto.Stream[agentproto.StartResponse](t.Context(), agent, agentproto.StartProcedure, req, 0) {

@@ -6,6 +6,7 @@
 package nettest
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -356,6 +357,18 @@ func makeCerts() (caPEM []byte, certs []tls.Certificate, err error) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		[]tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, nil
+}
+
+// DialContext connects from the lab's host namespace: a client of a
+// daemon that runs there (an http.Transport's DialContext).
+func (l *Lab) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := Do(l.Host, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
 
 // Listen opens a TCP listener at addr in ns that counts the connections

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/nettest"
+)
+
+// newLab builds the fake internet (package nettest) for one test.
+func newLab(t *testing.T) *nettest.Lab {
+	t.Helper()
+	airlocktest.RequiresRoot(t)
+	lab, err := nettest.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.Close() })
+	return lab
+}
+
+// airlockIn runs airlock in the lab's host namespace.
+func airlockIn(t *testing.T, lab *nettest.Lab, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(airlockBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := nettest.Do(lab.Host, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	return cliResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// leftovers lists the sandbox veth pairs and nftables tables in the lab's
+// host namespace.
+func leftovers(t *testing.T, lab *nettest.Lab) []string {
+	t.Helper()
+	var left []string
+	h, err := netlink.NewHandleAt(netns.NsHandle(int(lab.Host.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "al-") {
+			left = append(left, "link "+l.Attrs().Name)
+		}
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(lab.Host.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		if strings.HasPrefix(tb.Name, "airlock-") {
+			left = append(left, "table "+tb.Name)
+		}
+	}
+	return left
+}
+
+const netProbe = `
+import socket, sys
+for name, port in [("allowed.test", 80), ("denied.test", 80), ("203.0.113.20", 7000), ("198.51.100.7", 7000), ("10.99.0.5", 80)]:
+    try:
+        s = socket.create_connection((name, port), timeout=5)
+        s.sendall(b"GET / HTTP/1.0\r\nHost: " + name.encode() + b"\r\n\r\n")
+        data = s.recv(100)
+        print(name, "ok" if data else "closed")
+    except Exception as e:
+        print(name, "refused")
+`
+
+func TestRunNetwork(t *testing.T) {
+	lab := newLab(t)
+	dns := nettest.DNSAddr.String()
+	for _, backend := range []string{"namespaces", "gvisor"} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == "gvisor" && os.Getenv("AIRLOCK_RUNSC") == "" {
+				if _, err := exec.LookPath("runsc"); err != nil {
+					t.Skip("no runsc (make test builds it)")
+				}
+			}
+			for _, tc := range []struct {
+				flags []string
+				want  string
+			}{
+				{[]string{"--net", "internet"}, "allowed.test ok|denied.test ok|203.0.113.20 ok|198.51.100.7 ok|10.99.0.5 refused"},
+				{[]string{"--allow-out", "allowed.test", "--allow-out", "198.51.100.0/24"},
+					"allowed.test ok|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
+				{[]string{"--net", "internet", "--deny-out", "denied.test", "--deny-out", "203.0.113.0/24"},
+					"allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
+				{nil, "allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 refused|10.99.0.5 refused"},
+			} {
+				args := append([]string{"run", "--backend", backend, "--dns", dns}, tc.flags...)
+				if len(tc.flags) == 0 {
+					args = []string{"run", "--backend", backend}
+				}
+				r := airlockIn(t, lab, append(args, "--code", netProbe)...)
+				if got := strings.ReplaceAll(strings.TrimSpace(r.stdout), "\n", "|"); r.code != 0 || got != tc.want {
+					t.Errorf("%v: exit %d, got %s, want %s; stderr %s", tc.flags, r.code, got, tc.want, r.stderr)
+				}
+				if left := leftovers(t, lab); len(left) > 0 {
+					t.Errorf("%v left %v", tc.flags, left)
+				}
+			}
+		})
+	}
+}
+
+// A killed daemon's sandbox networks: the namespaces and veth pairs die
+// with the sandboxes, the tables stay until the next start removes them.
+func TestServeNetworkCrashRecovery(t *testing.T) {
+	lab := newLab(t)
+	dir := t.TempDir()
+	cfg := dir + "/config.json"
+	os.WriteFile(cfg, []byte(`{"network": {"dns": ["`+nettest.DNSAddr.String()+`"]}}`), 0o644)
+	s := startServeIn(t, lab, dir+"/state", "--config", cfg, "--pool-size", "0")
+	code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"allow_internet_access": true}, map[string]string{"X-API-KEY": s.key})
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if left := leftovers(t, lab); len(left) != 2 {
+		t.Fatalf("a networked sandbox holds %v, want a link and a table", left)
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); len(airlocktest.SandboxProcs()) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox processes outlived the daemon: %v", airlocktest.SandboxProcs())
+		}
+	}
+	s2 := startServeIn(t, lab, dir+"/state", "--config", cfg, "--pool-size", "0")
+	if left := leftovers(t, lab); len(left) > 0 {
+		t.Errorf("after the restart: %v", left)
+	}
+	s2.stop(t)
+}
