@@ -24,7 +24,7 @@ APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
 	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/
 
-.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve fuzz clean
+.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net fuzz clean
 
 all: build
 
@@ -68,13 +68,18 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve
+bench: bench-run bench-serve bench-net
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
 
 bench-serve: deps build
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench.mjs && node bench-interpreter.mjs && node bench-mcp.mjs
+
+# A sandbox's egress path and networked creates, in the fake internet, on
+# each backend.
+bench-net: deps build runsc
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-net.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-net.mjs
 
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy

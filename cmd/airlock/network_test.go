@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -152,4 +154,63 @@ func TestServeNetworkCrashRecovery(t *testing.T) {
 		t.Errorf("after the restart: %v", left)
 	}
 	s2.stop(t)
+}
+
+// A sandbox's connections and bandwidth are bounded (the server's
+// network.connections and network.bandwidth).
+func TestServeNetworkLimits(t *testing.T) {
+	lab := newLab(t)
+	dir := t.TempDir()
+	cfg := dir + "/config.json"
+	os.WriteFile(cfg, []byte(`{"network": {"dns": ["`+nettest.DNSAddr.String()+`"], "connections": 4, "bandwidth": "256K"}}`), 0o644)
+	s := startServeIn(t, lab, dir+"/state", "--config", cfg, "--pool-size", "0")
+	defer s.stop(t)
+	code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"allow_internet_access": true}, map[string]string{"X-API-KEY": s.key})
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var c created
+	json.Unmarshal(body, &c)
+	// Four connections stay open; the fifth is reset.
+	out := s.run(t, c, `python3 -c '
+import socket
+held = [socket.create_connection(("203.0.113.10", 80), timeout=5) for _ in range(4)]
+s = socket.create_connection(("203.0.113.10", 80), timeout=5)
+s.settimeout(5)
+try:
+    print("fifth:", len(s.recv(10)), "bytes")
+except Exception as e:
+    print("fifth:", type(e).__name__)
+held[0].sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+print("first:", held[0].recv(200).split(b"\r\n")[0].decode())
+' 2>&1`)
+	if !strings.Contains(out, "fifth: ConnectionResetError") && !strings.Contains(out, "fifth: 0 bytes") || !strings.Contains(out, "first: HTTP/1.0 200 OK") {
+		t.Errorf("connection limit: %s", out)
+	}
+	// The client times its own download: what arrived is bounded by the
+	// rate over that time, plus one burst, however fast the machine.
+	out = s.run(t, c, `python3 -c '
+import socket, time
+s = socket.create_connection(("203.0.113.10", 80), timeout=10)
+s.sendall(b"GET /bytes?n=4000000 HTTP/1.0\r\nHost: x\r\n\r\n")
+start, n = time.monotonic(), 0
+while time.monotonic() - start < 1.5:
+    s.settimeout(max(0.01, 1.5 - (time.monotonic() - start)))
+    try:
+        b = s.recv(65536)
+    except socket.timeout:
+        break
+    if not b:
+        break
+    n += len(b)
+print(n, time.monotonic() - start)
+'`)
+	var got int64
+	var secs float64
+	if _, err := fmt.Sscan(out, &got, &secs); err != nil {
+		t.Fatalf("download: %q", out)
+	}
+	if limit := int64(256<<10*secs) + 64<<10; got > limit || got == 0 {
+		t.Errorf("%d bytes in %.2fs at 256 KiB/s: want at most %d, and some", got, secs, limit)
+	}
 }

@@ -44,7 +44,9 @@ const dialTimeout = 10 * time.Second
 func newProxy(a *Attachment, ln net.Listener, limits Limits) *proxy {
 	p := &proxy{a: a, ln: ln, dialer: net.Dialer{Timeout: dialTimeout}, slots: make(chan struct{}, limits.Connections), conns: map[*relay]struct{}{}}
 	if limits.Bandwidth > 0 {
-		burst := int(max(limits.Bandwidth, 64<<10))
+		// An eighth of a second's worth at once, and at least what one
+		// read of pipe's buffer carries.
+		burst := int(max(limits.Bandwidth/8, 64<<10))
 		p.up = rate.NewLimiter(rate.Limit(limits.Bandwidth), burst)
 		p.down = rate.NewLimiter(rate.Limit(limits.Bandwidth), burst)
 	}

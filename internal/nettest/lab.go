@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,8 +262,15 @@ func (l *Lab) startServers() error {
 	if err != nil {
 		return fmt.Errorf("lab servers: %w", err)
 	}
-	// Every answer says which address it came from and for which name.
+	// Every answer says which address it came from and for which name;
+	// /bytes?n=N answers N bytes, for throughput.
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/bytes" {
+			n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			io.CopyN(w, zeros{}, n)
+			return
+		}
 		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 		host, _, _ := net.SplitHostPort(local.String())
 		fmt.Fprintf(w, "hello from %s for %s\n", host, r.Host)
@@ -318,6 +326,13 @@ func (l *Lab) startServers() error {
 		<-started
 	}
 	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 type closerFunc func() error

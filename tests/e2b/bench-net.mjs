@@ -1,0 +1,78 @@
+// The cost of a sandbox's network, in the fake internet (run it under
+// tests/netlab; `make bench-net` does): the egress path (nftables
+// redirect, the daemon's proxy, its dial) against the same client run on
+// the host, straight to the server, in the same run; and what a network
+// adds to a cold Sandbox.create().
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Sandbox } from 'e2b'
+import { startServer } from './harness.mjs'
+import { pct, fmt, time } from './bench-util.mjs'
+
+if (!process.env.AIRLOCK_LAB_DNS) {
+  console.error('bench-net needs the fake internet: run it under tests/netlab (make bench-net)')
+  process.exit(2)
+}
+
+// Fresh connections, one request each; then one large download.
+const client = String.raw`
+import socket, sys, time
+n, size = int(sys.argv[1]), int(sys.argv[2])
+lat = []
+for _ in range(n):
+    t = time.perf_counter()
+    s = socket.create_connection(("203.0.113.10", 80))
+    s.sendall(b"GET / HTTP/1.0\r\nHost: allowed.test\r\n\r\n")
+    while s.recv(4096):
+        pass
+    s.close()
+    lat.append(time.perf_counter() - t)
+lat.sort()
+s = socket.create_connection(("203.0.113.10", 80))
+s.sendall(b"GET /bytes?n=%d HTTP/1.0\r\nHost: allowed.test\r\n\r\n" % size)
+t, got = time.perf_counter(), 0
+while True:
+    b = s.recv(1 << 20)
+    if not b:
+        break
+    got += len(b)
+print(lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000, got / (time.perf_counter() - t) / 1e6)
+`
+const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-net-'))
+const cfg = join(dir, 'config.json')
+writeFileSync(cfg, JSON.stringify({ network: { dns: [process.env.AIRLOCK_LAB_DNS] }, templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+writeFileSync(join(dir, 'client.py'), client)
+const server = await startServer(['--config', cfg])
+const N = 200, SIZE = 200e6
+try {
+  const parse = (out) => out.trim().split(' ').map(Number)
+  const bare = parse(execFileSync('/usr/bin/python3', [join(dir, 'client.py'), N, SIZE]).toString())
+  const sbx = await Sandbox.create({ allowInternetAccess: true })
+  await sbx.files.write('/home/user/client.py', client)
+  const run = async () => parse((await sbx.commands.run(`python3 /home/user/client.py ${N} ${SIZE}`, { timeoutMs: 300_000 })).stdout)
+  await run() // warm
+  const boxed = await run()
+  await sbx.kill()
+
+  // Cold creates, alternating, so that both see the same machine.
+  const plain = [], networked = []
+  for (let i = 0; i < 20; i++) {
+    for (const [list, opts] of [[plain, {}], [networked, { allowInternetAccess: true }]]) {
+      let s
+      list.push(await time(async () => { s = await Sandbox.create(opts) }))
+      await s.kill()
+    }
+  }
+  const ms = (x) => `${x.toFixed(2)} ms`
+  console.log(`sandbox egress (allowInternetAccess), ${N} requests on fresh connections, then ${SIZE / 1e6} MB`)
+  console.log(`  HTTP request, host straight to the server  p50 ${ms(bare[0])}  p99 ${ms(bare[1])}`)
+  console.log(`  HTTP request, from the sandbox             p50 ${ms(boxed[0])}  p99 ${ms(boxed[1])}   ${(boxed[0] / bare[0]).toFixed(2)}x`)
+  console.log(`  download: host ${bare[2].toFixed(0)} MB/s, sandbox ${boxed[2].toFixed(0)} MB/s   ${(boxed[2] / bare[2]).toFixed(2)}x`)
+  console.log(`  Sandbox.create() cold, no network          ${fmt(plain)}`)
+  console.log(`  Sandbox.create() cold, allowInternetAccess ${fmt(networked)}   +${ms(pct(networked, 50) - pct(plain, 50))}`)
+} finally {
+  await server.stop()
+  rmSync(dir, { recursive: true, force: true })
+}
