@@ -43,9 +43,19 @@ func airlockIn(t *testing.T, lab *nettest.Lab, args ...string) cliResult {
 	return cliResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }
 
-// leftovers lists the sandbox veth pairs and nftables tables in the lab's
-// host namespace.
+// leftovers lists the sandbox veth pairs and nftables map elements in the
+// lab's host namespace, once the kernel has had time to delete the
+// namespaces of sandboxes that ended (it does so in the background).
 func leftovers(t *testing.T, lab *nettest.Lab) []string {
+	t.Helper()
+	left := leftoversNow(t, lab)
+	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		left = leftoversNow(t, lab)
+	}
+	return left
+}
+
+func leftoversNow(t *testing.T, lab *nettest.Lab) []string {
 	t.Helper()
 	var left []string
 	h, err := netlink.NewHandleAt(netns.NsHandle(int(lab.Host.Fd())))
@@ -66,13 +76,17 @@ func leftovers(t *testing.T, lab *nettest.Lab) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tb := range tables {
-		if strings.HasPrefix(tb.Name, "airlock-") {
-			left = append(left, "table "+tb.Name)
+	for _, m := range []string{"proxy", "dns_udp", "dns_tcp"} {
+		set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: "airlock_v1"}, m)
+		if err != nil {
+			continue // no table yet
+		}
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range elems {
+			left = append(left, m+" "+strings.TrimRight(string(e.Key), "\x00"))
 		}
 	}
 	return left
@@ -139,8 +153,8 @@ func TestServeNetworkCrashRecovery(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("create: %d %s", code, body)
 	}
-	if left := leftovers(t, lab); len(left) != 2 {
-		t.Fatalf("a networked sandbox holds %v, want a link and a table", left)
+	if left := leftoversNow(t, lab); len(left) != 4 {
+		t.Fatalf("a networked sandbox holds %v, want a link and three map elements", left)
 	}
 	s.cmd.Process.Kill()
 	s.cmd.Wait()

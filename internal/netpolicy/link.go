@@ -137,7 +137,7 @@ func removeLink(name string) error {
 		}
 		return fmt.Errorf("veth %s: %w", name, err)
 	}
-	if err := netlink.LinkDel(l); err != nil {
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("remove veth %s: %w", name, err)
 	}
 	return nil

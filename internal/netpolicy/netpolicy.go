@@ -18,10 +18,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,7 +74,8 @@ type Host struct {
 
 const addrsTTL = 2 * time.Second
 
-// NewHost checks cfg and returns a Host. It needs root.
+// NewHost checks cfg, makes the host's nftables table if it is missing,
+// and returns a Host. It needs root.
 func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, log: log}
 	if !h.subnet.IsValid() {
@@ -89,6 +90,11 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	}
 	if h.upstream == nil {
 		h.upstream = hostResolvers("/etc/resolv.conf")
+	}
+	// The host's rules, made once for every airlock process: this is
+	// also the check that the kernel has what sandbox networks need.
+	if err := ensureTable(); err != nil {
+		return nil, err
 	}
 	for i, u := range h.upstream {
 		if _, _, err := net.SplitHostPort(u); err != nil {
@@ -175,7 +181,7 @@ type Attachment struct {
 	lock   *os.File // holds slot (claimSlot)
 	ns     *os.File
 	link   link
-	rules  ruleset
+	ports  ports // in the host's table once set
 	pol    atomic.Pointer[policy.Network]
 	filter filter
 	proxy  *proxy
@@ -218,8 +224,11 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		sandboxIP: netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
 		bits:      30,
 	}
-	a.rules = ruleset{table: fmt.Sprintf("%s%04x", tablePrefix, a.slot), hostIf: a.link.hostIf, resolver: resolverAddr}
-	// What a crashed daemon left in this slot goes first.
+	// What a crashed daemon, or the kernel still tearing down the last
+	// sandbox of this slot, left goes first.
+	if err := removePorts(a.link.hostIf); err != nil {
+		return a, err
+	}
 	if err := removeLink(a.link.hostIf); err != nil {
 		return a, err
 	}
@@ -250,14 +259,14 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		return a, fmt.Errorf("resolver listener: %w", err)
 	}
 	a.dns = newResolver(a, h.upstream)
-	a.rules.proxy = port(pln.Addr())
-	a.rules.dnsUDP = port(dpc.LocalAddr())
-	a.rules.dnsTCP = port(dln.Addr())
 	go a.proxy.serve()
 	a.dns.serve(dpc, dln)
-	if err := a.rules.install(); err != nil {
+	// Last: from now on the sandbox's traffic is redirected to them.
+	p := ports{proxy: port(pln.Addr()), dnsUDP: port(dpc.LocalAddr()), dnsTCP: port(dln.Addr())}
+	if err := addPorts(a.link.hostIf, p); err != nil {
 		return a, err
 	}
+	a.ports = p
 	a.log.Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
 	return a, nil
 }
@@ -289,16 +298,19 @@ func (a *Attachment) Update(pol policy.Network) error {
 	return nil
 }
 
-// Close removes the network: the table first (nothing is redirected any
-// more, and with the listeners gone nothing would answer), then the
-// listeners and connections, the veth pair and the namespace. The slot is
-// free again only once all of it is gone; otherwise a later Cleanup
-// retries.
+// Close removes the network; the sandbox must be gone. Its map elements
+// go first (nothing is redirected any more, so the host's rules drop
+// whatever it might still send), then the listeners and connections, then
+// the namespace: with its last holder gone the kernel deletes it and the
+// veth pair in it, in the background (deleting the pair here would wait
+// for RCU grace periods, ~20 ms on these hosts, on every teardown). The
+// slot is free again only if the elements are gone; otherwise a later
+// Cleanup retries.
 func (a *Attachment) Close() error {
 	a.closeOnce.Do(func() {
 		var errs []error
-		if a.rules.table != "" {
-			if err := removeTable(a.rules.table); err != nil {
+		if a.ports != (ports{}) {
+			if err := removePorts(a.link.hostIf); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -307,11 +319,6 @@ func (a *Attachment) Close() error {
 		}
 		if a.dns != nil {
 			a.dns.close()
-		}
-		if a.link.hostIf != "" {
-			if err := removeLink(a.link.hostIf); err != nil {
-				errs = append(errs, err)
-			}
 		}
 		if a.ns != nil {
 			a.ns.Close()
@@ -324,33 +331,32 @@ func (a *Attachment) Close() error {
 	return a.closeErr
 }
 
-// Cleanup removes the veth pairs and tables of sandboxes whose daemon
-// died: those whose slot nobody holds. Live sandboxes, of this process
-// or another, are untouched.
+// Cleanup removes the map elements and veth pairs of sandboxes whose
+// daemon died: those whose slot nobody holds. Live sandboxes, of this
+// process or another, are untouched.
 func (h *Host) Cleanup() error {
 	var errs []error
+	mapped, err := mappedInterfaces()
+	if err != nil {
+		errs = append(errs, err)
+	}
 	names, err := links(linkPrefix)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list interfaces: %w", err))
 	}
-	ts, err := tables()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, n := range append(names, ts...) {
-		hex := strings.TrimPrefix(strings.TrimPrefix(n, linkPrefix), tablePrefix)
-		slot, err := strconv.ParseUint(hex, 16, 16)
-		if err != nil || int(slot) >= h.slots() {
+	for i, n := range append(mapped, names...) {
+		slot, ok := slotOf(n)
+		if !ok {
 			continue
 		}
-		lock, err := lockSlot(int(slot))
+		lock, err := lockSlot(slot)
 		if err != nil {
 			continue // alive, or a lock we cannot take: leave it
 		}
-		if strings.HasPrefix(n, linkPrefix) {
-			err = removeLink(n)
+		if i < len(mapped) {
+			err = removePorts(n)
 		} else {
-			err = removeTable(n)
+			err = removeLink(n)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -386,9 +392,13 @@ func lockSlot(slot int) (*os.File, error) {
 	return f, nil
 }
 
-// claimSlot takes the first free slot of n, from 1.
+// claimSlot takes a free slot of n (slot 0 is never one), starting at a
+// random one: a slot just freed may still hold a veth pair the kernel is
+// deleting.
 func claimSlot(n int) (int, *os.File, error) {
-	for slot := 1; slot < n; slot++ {
+	start := rand.IntN(n - 1)
+	for i := range n - 1 {
+		slot := 1 + (start+i)%(n-1)
 		f, err := lockSlot(slot)
 		if err == nil {
 			return slot, f, nil

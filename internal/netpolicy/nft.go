@@ -2,51 +2,91 @@ package netpolicy
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"net/netip"
+	"io"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
-// tablePrefix names the nftables tables of sandboxes: one table per
-// sandbox, named after its slot, so that a sandbox's rules are made and
-// removed in one transaction and a crashed daemon's are found by name.
-const tablePrefix = "airlock-"
+// One nftables table holds the rules of every sandbox on the host, of
+// every airlock process, and never changes once made: it matches the
+// host ends of sandboxes' veth pairs by name (linkPrefix) and looks up,
+// per interface, the ports of that sandbox's proxy and resolver in three
+// maps. A sandbox's network is three map elements, added and removed in
+// one transaction each (adding a table or chain per sandbox registers
+// netfilter hooks, which costs milliseconds on these hosts).
+//
+//	prerouting (nat): from a sandbox, DNS to the resolver address goes to
+//	  that sandbox's resolver, every TCP connection to its proxy: to the
+//	  ports its interface maps to. An interface with no element is not
+//	  redirected at all.
+//	input: from a sandbox, only what was redirected is accepted.
+//	forward: nothing from or to a sandbox is ever routed.
+//
+// So everything else a sandbox sends (UDP but DNS, ICMP, IPv6, TCP of a
+// sandbox whose elements are gone) is dropped, whatever state a daemon
+// left: the rules fail closed. The policy itself lives in the proxy and
+// the resolver; changing it never touches the rules.
+const (
+	tableName = "airlock_v1"
+	mapProxy  = "proxy"
+	mapDNSUDP = "dns_udp"
+	mapDNSTCP = "dns_tcp"
+)
 
-// ruleset is what one sandbox's table needs to know.
-type ruleset struct {
-	table    string
-	hostIf   string
-	resolver netip.Addr // the sandboxes' DNS address (DNAT to dnsUDP, dnsTCP)
-	proxy    uint16     // ports of the daemon's listeners on the host's end
-	dnsUDP   uint16
-	dnsTCP   uint16
+// ports are a sandbox's entries in the table's maps.
+type ports struct {
+	proxy, dnsUDP, dnsTCP uint16
 }
 
-// install replaces the sandbox's table, atomically, with this one:
-//
-//	prerouting (nat): from hostIf, DNS to the resolver address goes to the
-//	  resolver's ports; every other TCP connection goes to the proxy.
-//	input: from hostIf, only what was redirected there is accepted.
-//	forward: nothing from or to hostIf is ever routed.
-//
-// Everything else a sandbox sends (UDP but DNS, ICMP, IPv6) is dropped;
-// the policy itself lives in the proxy and the resolver, so changing it
-// never touches these rules.
-func (r *ruleset) install() error {
+func table() *nftables.Table {
+	return &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
+}
+
+func portMap(name string) *nftables.Set {
+	return &nftables.Set{Table: table(), Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeInetService,
+		// How nft shows names: in the host's byte order, as the kernel compares them.
+		KeyByteOrder: binaryutil.NativeEndian}
+}
+
+// ensureTable makes the table if it is not there, under a host-wide lock
+// (byte 0 of the slot lock file, which no slot uses) so that two airlock
+// processes starting at once do not both make it.
+func ensureTable() error {
+	f, err := os.OpenFile(slotLockFile, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("network lock: %w", err)
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 0, Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
+		return fmt.Errorf("network lock: %w", err)
+	}
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: r.table}
-	// Add, delete, add: one transaction that replaces a leftover table of
-	// the same name or makes a new one.
-	c.AddTable(t)
-	c.DelTable(t)
-	c.AddTable(t)
+	if _, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil {
+		return nil
+	} else if !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := c.AddTable(table())
+	maps := map[string]*nftables.Set{}
+	for _, name := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
+		maps[name] = portMap(name)
+		if err := c.AddSet(maps[name], nil); err != nil {
+			return fmt.Errorf("nftables map %s: %w", name, err)
+		}
+	}
 	accept := nftables.ChainPolicyAccept
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
@@ -54,58 +94,111 @@ func (r *ruleset) install() error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	rule := func(ch *nftables.Chain, e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
-	iif := matchIf(unix.NFT_META_IIFNAME, r.hostIf)
+	rule := func(ch *nftables.Chain, e ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(e...)})
+	}
+	fromSandbox := ifPrefix(unix.NFT_META_IIFNAME)
+	resolver := resolverAddr.As4()
 
-	rule(pre, cat(iif, ipv4(), daddr(r.resolver), l4(unix.IPPROTO_UDP), dport(53), redirect(r.dnsUDP))...)
-	rule(pre, cat(iif, ipv4(), daddr(r.resolver), l4(unix.IPPROTO_TCP), dport(53), redirect(r.dnsTCP))...)
-	rule(pre, cat(iif, ipv4(), l4(unix.IPPROTO_TCP), redirect(r.proxy))...)
-
-	rule(in, cat(iif, dnatted(), l4(unix.IPPROTO_TCP), dport(r.proxy), nftVerdict(expr.VerdictAccept))...)
-	rule(in, cat(iif, dnatted(), l4(unix.IPPROTO_UDP), dport(r.dnsUDP), nftVerdict(expr.VerdictAccept))...)
-	rule(in, cat(iif, dnatted(), l4(unix.IPPROTO_TCP), dport(r.dnsTCP), nftVerdict(expr.VerdictAccept))...)
-	rule(in, cat(iif, nftVerdict(expr.VerdictDrop))...)
-
-	rule(fwd, cat(iif, nftVerdict(expr.VerdictDrop))...)
-	rule(fwd, cat(matchIf(unix.NFT_META_OIFNAME, r.hostIf), nftVerdict(expr.VerdictDrop))...)
+	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), redirectByIf(mapDNSUDP))
+	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_TCP), dport(53), redirectByIf(mapDNSTCP))
+	rule(pre, fromSandbox, ipv4(), l4(unix.IPPROTO_TCP), redirectByIf(mapProxy))
+	rule(in, fromSandbox, notDNATted(), drop())
+	rule(fwd, fromSandbox, drop())
+	rule(fwd, ifPrefix(unix.NFT_META_OIFNAME), drop())
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables table %s: %w", r.table, err)
+		return fmt.Errorf("nftables table %s: %w", tableName, err)
 	}
 	return nil
 }
 
-// removeTable deletes the named table if it exists.
-func removeTable(name string) error {
+// addPorts gives the sandbox behind hostIf its ports, in one transaction:
+// until then none of its traffic is redirected, so none is accepted.
+func addPorts(hostIf string, p ports) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
-	c.AddTable(t) // so that the delete cannot fail for a missing table
-	c.DelTable(t)
+	key := ifKey(hostIf)
+	for _, e := range []struct {
+		m    string
+		port uint16
+	}{{mapProxy, p.proxy}, {mapDNSUDP, p.dnsUDP}, {mapDNSTCP, p.dnsTCP}} {
+		if err := c.SetAddElements(portMap(e.m), []nftables.SetElement{{Key: key, Val: binary.BigEndian.AppendUint16(nil, e.port)}}); err != nil {
+			return err
+		}
+	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("remove nftables table %s: %w", name, err)
+		return fmt.Errorf("nftables: ports of %s: %w", hostIf, err)
 	}
 	return nil
 }
 
-// tables lists the sandboxes' tables.
-func tables() ([]string, error) {
+// removePorts takes hostIf's elements out of the maps, where present.
+func removePorts(hostIf string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	var errs []error
+	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
+		// One transaction per map: deleting an element that is not there
+		// fails its whole transaction.
+		if err := c.SetDeleteElements(portMap(m), []nftables.SetElement{{Key: ifKey(hostIf)}}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("nftables: remove %s from %s: %w", hostIf, m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mappedInterfaces lists the interfaces that have elements in the maps.
+func mappedInterfaces() ([]string, error) {
 	c, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
+	seen := map[string]bool{}
 	var names []string
-	for _, t := range ts {
-		if strings.HasPrefix(t.Name, tablePrefix) {
-			names = append(names, t.Name)
+	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
+		set, err := c.GetSetByName(table(), m)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil, nil // no table: nothing mapped
+			}
+			return nil, fmt.Errorf("nftables map %s: %w", m, err)
+		}
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return nil, fmt.Errorf("nftables map %s: %w", m, err)
+		}
+		for _, e := range elems {
+			if n := strings.TrimRight(string(e.Key), "\x00"); !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
 		}
 	}
 	return names, nil
+}
+
+// slotOf reads the slot from a sandbox interface's name.
+func slotOf(name string) (int, bool) {
+	hex, ok := strings.CutPrefix(name, linkPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(hex, 16, 16)
+	return int(n), err == nil
+}
+
+func ifKey(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
 }
 
 func cat(parts ...[]expr.Any) []expr.Any {
@@ -116,13 +209,12 @@ func cat(parts ...[]expr.Any) []expr.Any {
 	return out
 }
 
-// matchIf matches the input or output interface's name.
-func matchIf(key expr.MetaKey, name string) []expr.Any {
-	b := make([]byte, unix.IFNAMSIZ)
-	copy(b, name)
+// ifPrefix matches an input or output interface whose name starts with
+// linkPrefix (nft's "al-*": a comparison of the prefix's bytes only).
+func ifPrefix(key expr.MetaKey) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(linkPrefix)},
 	}
 }
 
@@ -134,11 +226,10 @@ func ipv4() []expr.Any {
 }
 
 // daddr matches the IPv4 destination; ipv4 must come first.
-func daddr(a netip.Addr) []expr.Any {
-	b := a.As4()
+func daddr(a [4]byte) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
 	}
 }
 
@@ -157,27 +248,28 @@ func dport(port uint16) []expr.Any {
 	}
 }
 
-// dnatted matches packets of connections that a prerouting rule
-// redirected: a sandbox cannot address the daemon's listeners itself.
-func dnatted() []expr.Any {
+// notDNATted matches packets of connections that no prerouting rule
+// redirected: a sandbox cannot address the daemon's listeners, or
+// anything else of the host, itself.
+func notDNATted() []expr.Any {
 	const ipsDstNAT = 1 << 5 // IPS_DST_NAT
 	return []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binary.NativeEndian.AppendUint32(nil, ipsDstNAT), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}
 }
 
-// redirect sends the packet to port on the address of the interface it
-// came in on: the host's end of the sandbox's veth.
-func redirect(port uint16) []expr.Any {
+// redirectByIf sends the packet to the port that map m gives its input
+// interface, on that interface's address (the host's end of the veth);
+// without an element the rule does not match and nothing is redirected.
+func redirectByIf(m string) []expr.Any {
 	return []expr.Any{
-		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: m},
 		&expr.Redir{RegisterProtoMin: 1},
 	}
 }
 
-func nftVerdict(k expr.VerdictKind) []expr.Any {
-	return []expr.Any{&expr.Verdict{Kind: k}}
-}
+func drop() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}} }

@@ -70,15 +70,23 @@ after(async () => {
   const { code } = await server.stop()
   rmSync(cfgDir, { recursive: true, force: true })
   assert.equal(code, 0)
-  assert.deepEqual(sandboxLinks(), [], 'no veth of a sandbox outlives the daemon')
-  assert.deepEqual(sandboxTables(), [], 'no nftables table of a sandbox outlives the daemon')
+  assert.deepEqual(await settled(sandboxLinks), [], 'no veth of a sandbox outlives the daemon')
+  assert.deepEqual(sandboxElements(), [], "no sandbox's nftables map elements outlive the daemon")
 })
 
-// The host ends of sandboxes' veth pairs, and their nftables tables.
+// The host ends of sandboxes' veth pairs, and their elements in the
+// host's nftables maps.
 const sandboxLinks = () => execFileSync('ip', ['-o', 'link', 'show']).toString().split('\n')
   .map((l) => l.split(': ')[1]?.split('@')[0]).filter((n) => n?.startsWith('al-'))
-const sandboxTables = () => execFileSync('nft', ['list', 'tables']).toString().split('\n')
-  .filter((l) => l.includes('airlock-'))
+const sandboxElements = () => ['proxy', 'dns_udp', 'dns_tcp'].flatMap((m) =>
+  execFileSync('nft', ['list', 'map', 'inet', 'airlock_v1', m]).toString().match(/"al-[0-9a-f]+"/g) ?? [])
+// The kernel deletes an ended sandbox's namespace, and its veth pair, in
+// the background: f's answer once it stops changing, within 10 s.
+async function settled(f, want = []) {
+  let got = f()
+  for (let i = 0; i < 200 && got.length !== want.length; i++) { await sleep(50); got = f() }
+  return got
+}
 
 async function create(opts = {}) {
   const sbx = await Sandbox.create({ timeoutMs: 120_000, ...opts })
@@ -300,10 +308,12 @@ test('network options Airlock does not implement are refused, naming the field',
 })
 
 test('nothing of a sandbox network outlives the sandbox', { skip }, async () => {
-  const before = sandboxLinks().length
+  const links = await settled(sandboxLinks)
+  const elements = sandboxElements()
   const sbx = await create({ allowInternetAccess: true })
-  assert.equal(sandboxLinks().length, before + 1)
-  assert.ok(sandboxTables().length >= 1)
+  assert.equal(sandboxLinks().length, links.length + 1)
+  assert.equal(sandboxElements().length, elements.length + 3)
   await sbx.kill()
-  assert.equal(sandboxLinks().length, before)
+  assert.deepEqual(sandboxElements(), elements)
+  assert.deepEqual(await settled(sandboxLinks, links), links)
 })
