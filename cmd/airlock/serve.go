@@ -168,18 +168,28 @@ func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
 	}
 	h, err := netpolicy.NewHost(ncfg, log)
 	if err != nil {
-		return nil, err
+		// The rest of the server works; requests for a network are told
+		// why there is none.
+		log.Warn("sandboxes cannot have networks on this host", "err", err)
+		return &hostNetwork{unavailable: err}, nil
 	}
 	if err := h.Cleanup(); err != nil {
 		log.Warn("cleanup of earlier sandbox networks", "err", err)
 	}
-	return &hostNetwork{h}, nil
+	return &hostNetwork{h: h}, nil
 }
 
-// hostNetwork is a netpolicy.Host as the manager sees it.
-type hostNetwork struct{ h *netpolicy.Host }
+// hostNetwork is a netpolicy.Host as the manager sees it, or why the
+// host has none.
+type hostNetwork struct {
+	h           *netpolicy.Host
+	unavailable error
+}
 
 func (n *hostNetwork) Attach(ctx context.Context, id string, pol policy.Network) (sandbox.NetAttachment, error) {
+	if n.unavailable != nil {
+		return nil, fmt.Errorf("%w: this host cannot give sandboxes a network (the server log says why): create without allowInternetAccess and network.allowOut/denyOut", sandbox.ErrInvalid)
+	}
 	a, err := n.h.Attach(ctx, id, pol)
 	if err != nil {
 		return nil, err
