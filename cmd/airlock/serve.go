@@ -167,11 +167,14 @@ func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
 		return nil, err
 	}
 	h, err := netpolicy.NewHost(ncfg, log)
-	if err != nil {
+	if errors.Is(err, netpolicy.ErrUnavailable) {
 		// The rest of the server works; requests for a network are told
 		// why there is none.
 		log.Warn("sandboxes cannot have networks on this host", "err", err)
 		return &hostNetwork{unavailable: err}, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := h.Cleanup(); err != nil {
 		log.Warn("cleanup of earlier sandbox networks", "err", err)

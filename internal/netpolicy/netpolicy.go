@@ -44,6 +44,10 @@ var resolverAddr = netip.MustParseAddr(layout.Resolver)
 // addresses, a /30 each.
 var DefaultSubnet = netip.MustParsePrefix("10.250.0.0/16")
 
+// ErrUnavailable: this host cannot make sandbox networks (no nftables in
+// its kernel, say).
+var ErrUnavailable = errors.New("sandbox networks are not available on this host")
+
 // Limits bound one sandbox's use of the network.
 type Limits struct {
 	Connections int   // open at once; 0: DefaultConnections
@@ -94,7 +98,7 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	// The host's rules, made once for every airlock process: this is
 	// also the check that the kernel has what sandbox networks need.
 	if err := ensureTable(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	for i, u := range h.upstream {
 		if _, _, err := net.SplitHostPort(u); err != nil {
