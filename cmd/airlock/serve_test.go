@@ -386,6 +386,11 @@ func TestServeBadConfig(t *testing.T) {
 		{`{}`, []string{"--listen", "256.0.0.1:1"}, "listen on 256.0.0.1:1"},
 		{`{"templates": {"base": {"poolSize": -1}}}`, nil, "pool size -1 is out of range"},
 		{`{}`, []string{"extra"}, `unexpected argument "extra"`},
+		{`{"network": {"subnet": "ten"}}`, nil, `network.subnet "ten" is not a CIDR prefix`},
+		{`{"network": {"subnet": "10.0.0.0/30"}}`, nil, "a /30 per sandbox"},
+		{`{"network": {"dns": ["resolver"]}}`, nil, `DNS upstream "resolver"`},
+		{`{"network": {"connections": -1}}`, nil, "must not be negative"},
+		{`{"network": {"bandwidth": "fast"}}`, nil, `size "fast"`},
 	} {
 		os.WriteFile(cfg, []byte(tc.config), 0o644)
 		// Port 0: should a case not fail, it must not take a real port.

@@ -74,12 +74,14 @@ type Host struct {
 	addrsMu sync.Mutex
 	addrs   []netip.Addr // the host's own, refreshed every addrsTTL
 	addrsAt time.Time
+
+	tableMu sync.Mutex
+	table   bool // the host's nftables table is there (ensureTable)
 }
 
 const addrsTTL = 2 * time.Second
 
-// NewHost checks cfg, makes the host's nftables table if it is missing,
-// and returns a Host. It needs root.
+// NewHost checks cfg and the host and returns a Host. It needs root.
 func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, log: log}
 	if !h.subnet.IsValid() {
@@ -95,9 +97,9 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	if h.upstream == nil {
 		h.upstream = hostResolvers("/etc/resolv.conf")
 	}
-	// The host's rules, made once for every airlock process: this is
-	// also the check that the kernel has what sandbox networks need.
-	if err := ensureTable(); err != nil {
+	// Whether the kernel has nftables at all, without changing anything:
+	// the host's table is made when the first sandbox needs it.
+	if _, err := mappedInterfaces(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	for i, u := range h.upstream {
@@ -208,6 +210,9 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := h.ensureTable(); err != nil {
+		return nil, err
+	}
 	a = &Attachment{host: h, log: h.log.With("sandbox", id)}
 	a.filter.special = h.special
 	a.pol.Store(&pol)
@@ -273,6 +278,21 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	a.ports = p
 	a.log.Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
 	return a, nil
+}
+
+// ensureTable makes the host's table once per Host, when the first
+// sandbox needs it.
+func (h *Host) ensureTable() error {
+	h.tableMu.Lock()
+	defer h.tableMu.Unlock()
+	if h.table {
+		return nil
+	}
+	if err := ensureTable(); err != nil {
+		return err
+	}
+	h.table = true
+	return nil
 }
 
 // Namespace is the sandbox's network namespace.
