@@ -76,7 +76,7 @@ func leftoversNow(t *testing.T, lab *nettest.Lab) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"proxy", "dns_udp", "dns_tcp"} {
+	for _, m := range []string{"proxy", "dns_udp", "dns_tcp", "tcp_in", "udp_in"} {
 		set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: "airlock_v1"}, m)
 		if err != nil {
 			continue // no table yet
@@ -153,8 +153,8 @@ func TestServeNetworkCrashRecovery(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("create: %d %s", code, body)
 	}
-	if left := leftoversNow(t, lab); len(left) != 4 {
-		t.Fatalf("a networked sandbox holds %v, want a link and three map elements", left)
+	if left := leftoversNow(t, lab); len(left) != 7 {
+		t.Fatalf("a networked sandbox holds %v, want a link, three map elements and three set elements", left)
 	}
 	s.cmd.Process.Kill()
 	s.cmd.Wait()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -30,6 +31,9 @@ const (
 	ForwardRefused = "nothing listens on this port in the sandbox"
 )
 
+// maxForwardHead bounds the agent's answer to a forward request.
+const maxForwardHead = 16 << 10
+
 // ErrForwardRefused: no process in the sandbox listens on the port.
 var ErrForwardRefused = errors.New(ForwardRefused)
 
@@ -52,7 +56,10 @@ func DialForward(ctx context.Context, conn net.Conn, port int) (net.Conn, error)
 	if _, err := io.WriteString(conn, req); err != nil {
 		return nil, err
 	}
-	br := bufio.NewReader(conn)
+	// The agent is as untrusted as the sandbox: its answer's head is
+	// bounded, then the connection is the sandbox's port's, unbounded.
+	lim := &io.LimitedReader{R: conn, N: maxForwardHead}
+	br := bufio.NewReader(lim)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -72,6 +79,7 @@ func DialForward(ctx context.Context, conn net.Conn, port int) (net.Conn, error)
 		return nil, ctx.Err()
 	}
 	conn.SetDeadline(time.Time{})
+	lim.N = math.MaxInt64
 	return &bufferedConn{Conn: conn, r: br}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
 )
 
@@ -56,9 +57,19 @@ func newResolver(a *Attachment, upstream []string) *resolver {
 	}
 }
 
+// A sandbox may hold this many DNS connections over TCP at once, each
+// idle for at most dnsIdle: each is a goroutine and a socket of the
+// daemon's.
+const (
+	dnsTCPConns = 16
+	dnsIdle     = 2 * time.Second
+)
+
 // serve answers queries on pc (UDP) and ln (TCP) until close.
 func (r *resolver) serve(pc net.PacketConn, ln net.Listener) {
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: r}, {Listener: ln, Handler: r}} {
+	idle := func() time.Duration { return dnsIdle }
+	tcp := &dns.Server{Listener: netutil.LimitListener(ln, dnsTCPConns), Handler: r, IdleTimeout: idle, ReadTimeout: dnsIdle, WriteTimeout: dnsIdle}
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: r}, tcp} {
 		r.servers = append(r.servers, s)
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); _ = s.ActivateAndServe() }()
@@ -98,7 +109,15 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	}
 	qt := q.Question[0].Qtype
 	name := strings.ToLower(strings.TrimSuffix(q.Question[0].Name, "."))
+	if !hostName(name) {
+		// Escapes and odd bytes: "x\.evil.test" would match a rule for
+		// "*.evil.test" as text, and be a child of "test." on the wire.
+		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeBlocked, "not a host name")
+	}
 	pol := r.a.policy()
+	if qt == dns.TypePTR && !r.publicPTR(name) {
+		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "no reverse lookups of private or reserved addresses")
+	}
 	if !nameAllowed(pol, name) {
 		r.a.log.Info("dns refused", "name", name)
 		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "not allowed by the sandbox's network policy")
@@ -115,7 +134,11 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		return fail(dns.RcodeServerFailure, dns.ExtendedErrorCodeNetworkError, "no upstream server answered")
 	}
 	resp.Rcode = up.Rcode
-	filtered := false
+	resp.Compress = true
+	// Pins matter only for names that allowOut opens: others are never
+	// checked against them, and need not cost the daemon memory.
+	pin := allowedByName(pol, name)
+	filtered, addrs := false, 0
 	for _, rr := range up.Answer {
 		switch rr := rr.(type) {
 		case *dns.A:
@@ -124,9 +147,22 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 				filtered = true
 				continue
 			}
-			r.a.filter.pins.add(name, ip, time.Duration(rr.Hdr.Ttl)*time.Second)
+			if addrs++; addrs > maxAnswerAddrs {
+				continue
+			}
+			if pin {
+				r.a.filter.pins.add(name, ip, time.Duration(rr.Hdr.Ttl)*time.Second)
+			}
 		case *dns.AAAA:
 			continue
+		case *dns.CNAME:
+			// A name that denyOut refuses is refused behind an alias too.
+			target := strings.ToLower(strings.TrimSuffix(rr.Target, "."))
+			if !allowedByName(pol, target) && deniedByName(pol, target) {
+				r.a.log.Info("dns refused", "name", name, "alias", target)
+				resp.Answer = nil
+				return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias of a name the sandbox's network policy refuses")
+			}
 		}
 		resp.Answer = append(resp.Answer, rr)
 	}
@@ -136,6 +172,41 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeFiltered, "the name points to private or reserved addresses")
 	}
 	return resp
+}
+
+// maxAnswerAddrs is the most addresses of one answer passed on (and
+// pinned): more helps no client, and would cost memory.
+const maxAnswerAddrs = 32
+
+// hostName reports whether name is made of host-name labels only.
+func hostName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// publicPTR reports whether a reverse lookup asks for a public IPv4
+// address: the host's resolver may know names of private ones (a
+// split-horizon view) that are not the sandbox's business.
+func (r *resolver) publicPTR(name string) bool {
+	rev, ok := strings.CutSuffix(name, ".in-addr.arpa")
+	parts := strings.Split(rev, ".")
+	if !ok || len(parts) != 4 {
+		return false
+	}
+	ip, err := netip.ParseAddr(parts[3] + "." + parts[2] + "." + parts[1] + "." + parts[0])
+	return err == nil && !r.a.filter.special(ip)
 }
 
 func hasA(rrs []dns.RR) bool {

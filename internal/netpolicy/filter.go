@@ -106,6 +106,36 @@ func hasNameRules(pol *policy.Network) bool {
 	return false
 }
 
+// hasDenyNames reports whether any DenyOut rule of pol is a name.
+func hasDenyNames(pol *policy.Network) bool {
+	for _, r := range pol.DenyOut {
+		if r.Name != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// allowedByName reports whether a name rule of AllowOut matches name.
+func allowedByName(pol *policy.Network, name string) bool {
+	for _, r := range pol.AllowOut {
+		if r.MatchName(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// deniedByName reports whether a name rule of DenyOut matches name.
+func deniedByName(pol *policy.Network, name string) bool {
+	for _, r := range pol.DenyOut {
+		if r.MatchName(name) {
+			return true
+		}
+	}
+	return false
+}
+
 // nameAllowed reports whether the resolver may answer name at all.
 func nameAllowed(pol *policy.Network, name string) bool {
 	for _, r := range pol.AllowOut {
@@ -143,8 +173,9 @@ type pins struct {
 // A pin outlives its DNS TTL: clients cache answers longer than they
 // should, and the address was the name's when it was given.
 const (
-	minPin  = 10 * time.Minute
-	maxPins = 4096 // names per sandbox; the oldest go first
+	minPin         = 10 * time.Minute
+	maxPins        = 1024 // names per sandbox; expired ones make room
+	maxPinsPerName = maxAnswerAddrs
 )
 
 func (p *pins) add(name string, a netip.Addr, ttl time.Duration) {
@@ -154,14 +185,16 @@ func (p *pins) add(name string, a netip.Addr, ttl time.Duration) {
 	if p.m == nil {
 		p.m = map[string]map[netip.Addr]time.Time{}
 	}
-	if len(p.m) >= maxPins {
-		p.expire(now)
-	}
 	addrs := p.m[name]
-	if addrs == nil {
-		if len(p.m) >= maxPins {
-			return // full of live pins: the name stays unpinned, so closed
+	full := addrs == nil && len(p.m) >= maxPins || addrs != nil && len(addrs) >= maxPinsPerName
+	if _, known := addrs[a]; full && !known {
+		p.expire(now)
+		addrs = p.m[name]
+		if addrs == nil && len(p.m) >= maxPins || len(addrs) >= maxPinsPerName {
+			return // full of live pins: the address stays unpinned, so closed
 		}
+	}
+	if addrs == nil {
 		addrs = map[netip.Addr]time.Time{}
 		p.m[name] = addrs
 	}
@@ -180,6 +213,19 @@ func (p *pins) expire(now time.Time) {
 			delete(p.m, name)
 		}
 	}
+}
+
+// hasAddr reports whether any name is pinned to a.
+func (p *pins) hasAddr(a netip.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, addrs := range p.m {
+		if until, ok := addrs[a]; ok && now.Before(until) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *pins) has(name string, a netip.Addr) bool {

@@ -95,6 +95,14 @@ func TestPins(t *testing.T) {
 	if p.has("late.test", a) {
 		t.Error("a pin past the limit was kept")
 	}
+	// One name holds at most maxPinsPerName addresses.
+	var q pins
+	for i := range maxPinsPerName + 5 {
+		q.add("many.test", netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), time.Hour)
+	}
+	if n := len(q.m["many.test"]); n != maxPinsPerName {
+		t.Errorf("%d addresses pinned for one name, want %d", n, maxPinsPerName)
+	}
 }
 
 // sniffOver runs client on one end of a TCP connection on loopback and
@@ -210,6 +218,17 @@ func TestResolverAnswer(t *testing.T) {
 	}
 	if m := ask("ALLOWED.test.", dns.TypeA); m.Rcode != dns.RcodeSuccess {
 		t.Errorf("names are not case-sensitive: %v", m)
+	}
+	// Names in escapes match rules as text but are other names on the wire.
+	a.pol.Store(&policy.Network{Mode: policy.NetInternet, AllowOut: rules(t, "*.allowed.test")})
+	if m := ask(`x\.allowed.test.`, dns.TypeA); m.Rcode != dns.RcodeRefused {
+		t.Errorf("an escaped name: %v", m)
+	}
+	if m := ask("5.0.99.10.in-addr.arpa.", dns.TypePTR); m.Rcode != dns.RcodeNameError {
+		t.Errorf("a reverse lookup of a private address: %v", m)
+	}
+	if m := ask("1.2.3.4.5.in-addr.arpa.", dns.TypePTR); m.Rcode != dns.RcodeNameError {
+		t.Errorf("a malformed reverse lookup: %v", m)
 	}
 	// The policy changes under the resolver at once.
 	a.pol.Store(&policy.Network{Mode: policy.NetFiltered})

@@ -24,11 +24,13 @@ import (
 // one transaction each (adding a table or chain per sandbox registers
 // netfilter hooks, which costs milliseconds on these hosts).
 //
-//	prerouting (nat): from a sandbox, DNS to the resolver address goes to
-//	  that sandbox's resolver, every TCP connection to its proxy: to the
-//	  ports its interface maps to. An interface with no element is not
-//	  redirected at all.
-//	input: from a sandbox, only what was redirected is accepted.
+//	prerouting (filter, before any NAT): from an interface with no
+//	  element, everything is dropped.
+//	prerouting (nat, ahead of other tables' NAT): from a sandbox, DNS to
+//	  the resolver address goes to that sandbox's resolver, every TCP
+//	  connection to its proxy: to the ports its interface maps to.
+//	input: from a sandbox, only what was redirected, to that sandbox's
+//	  own ports, is accepted.
 //	forward: nothing from or to a sandbox is ever routed.
 //
 // So everything else a sandbox sends (UDP but DNS, ICMP, IPv6, TCP of a
@@ -40,11 +42,26 @@ const (
 	mapProxy  = "proxy"
 	mapDNSUDP = "dns_udp"
 	mapDNSTCP = "dns_tcp"
+	// The (interface, port) pairs each sandbox's packets may reach on
+	// the host once redirected.
+	setTCPIn = "tcp_in"
+	setUDPIn = "udp_in"
 )
 
 // ports are a sandbox's entries in the table's maps.
 type ports struct {
 	proxy, dnsUDP, dnsTCP uint16
+}
+
+func portSet(name string) *nftables.Set {
+	return &nftables.Set{Table: table(), Name: name, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeInetService)}
+}
+
+// ifPortKey is an element of a portSet: the name, then the port padded to
+// a 32-bit register, as the kernel concatenates them.
+func ifPortKey(name string, port uint16) []byte {
+	return append(ifKey(name), byte(port>>8), byte(port), 0, 0)
 }
 
 func table() *nftables.Table {
@@ -87,9 +104,18 @@ func ensureTable() error {
 			return fmt.Errorf("nftables map %s: %w", name, err)
 		}
 	}
+	for _, name := range []string{setTCPIn, setUDPIn} {
+		if err := c.AddSet(portSet(name), nil); err != nil {
+			return fmt.Errorf("nftables set %s: %w", name, err)
+		}
+	}
 	accept := nftables.ChainPolicyAccept
+	guard := c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept})
+	// Ahead of the host's own NAT (Docker's, kube-proxy's at dstnat): a
+	// sandbox's connections are this table's to redirect.
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10), Policy: &accept})
 	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
@@ -100,10 +126,14 @@ func ensureTable() error {
 	fromSandbox := ifPrefix(unix.NFT_META_IIFNAME)
 	resolver := resolverAddr.As4()
 
+	rule(guard, fromSandbox, notMapped(mapProxy), drop())
 	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), redirectByIf(mapDNSUDP))
 	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_TCP), dport(53), redirectByIf(mapDNSTCP))
 	rule(pre, fromSandbox, ipv4(), l4(unix.IPPROTO_TCP), redirectByIf(mapProxy))
 	rule(in, fromSandbox, notDNATted(), drop())
+	rule(in, fromSandbox, l4(unix.IPPROTO_TCP), notInPortSet(setTCPIn), drop())
+	rule(in, fromSandbox, l4(unix.IPPROTO_UDP), notInPortSet(setUDPIn), drop())
+	rule(in, fromSandbox, notL4(unix.IPPROTO_TCP), notL4(unix.IPPROTO_UDP), drop())
 	rule(fwd, fromSandbox, drop())
 	rule(fwd, ifPrefix(unix.NFT_META_OIFNAME), drop())
 	if err := c.Flush(); err != nil {
@@ -128,19 +158,60 @@ func addPorts(hostIf string, p ports) error {
 			return err
 		}
 	}
+	for _, e := range []struct {
+		set  string
+		port uint16
+	}{{setTCPIn, p.proxy}, {setTCPIn, p.dnsTCP}, {setUDPIn, p.dnsUDP}} {
+		if err := c.SetAddElements(portSet(e.set), []nftables.SetElement{{Key: ifPortKey(hostIf, e.port)}}); err != nil {
+			return err
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: ports of %s: %w", hostIf, err)
 	}
 	return nil
 }
 
-// removePorts takes hostIf's elements out of the maps, where present.
+// removePorts takes hostIf's elements out of the maps and sets, where
+// present. The maps come last: an interface left in them but not in the
+// sets has its packets redirected, then dropped.
 func removePorts(hostIf string) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	var errs []error
+	for _, name := range []string{setTCPIn, setUDPIn} {
+		set, err := c.GetSetByName(table(), name)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil // no table: nothing of anyone's
+			}
+			errs = append(errs, err)
+			continue
+		}
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var mine []nftables.SetElement
+		for _, e := range elems {
+			if len(e.Key) >= unix.IFNAMSIZ && strings.TrimRight(string(e.Key[:unix.IFNAMSIZ]), "\x00") == hostIf {
+				mine = append(mine, nftables.SetElement{Key: e.Key})
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		if err := c.SetDeleteElements(portSet(name), mine); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("nftables: remove %s from %s: %w", hostIf, name, err))
+		}
+	}
 	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
 		// One transaction per map: deleting an element that is not there
 		// fails its whole transaction.
@@ -269,6 +340,31 @@ func redirectByIf(m string) []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: m},
 		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+// notMapped matches packets whose input interface has no element in m.
+func notMapped(m string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: m, Invert: true},
+	}
+}
+
+// notInPortSet matches TCP or UDP packets (l4 must come first) whose
+// (input interface, destination port) is not in set.
+func notInPortSet(set string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: unix.NFT_REG32_00},
+		&expr.Payload{DestRegister: unix.NFT_REG32_00 + 4, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: unix.NFT_REG32_00, SetName: set, Invert: true},
+	}
+}
+
+func notL4(proto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{proto}},
 	}
 }
 

@@ -6,18 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httputil"
 	"net/netip"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 )
 
-// proxy receives every TCP connection a sandbox opens (its nftables
-// table redirects them here), decides it, and relays the allowed ones
-// from the host. The host, not the sandbox, dials: no packet of the
+// proxy receives every TCP connection a sandbox opens (the host's
+// nftables rules redirect them here), decides it, and relays the allowed
+// ones from the host. The host, not the sandbox, dials: no packet of the
 // sandbox is ever routed anywhere.
 type proxy struct {
 	a      *Attachment
@@ -26,26 +31,37 @@ type proxy struct {
 	slots  chan struct{} // one per connection open at once
 	up     *rate.Limiter // bytes per second, sandbox to outside; nil: no limit
 	down   *rate.Limiter // outside to sandbox
+	ctx    context.Context
+	cancel context.CancelFunc // at close: dials under way give up
 
-	mu    sync.Mutex
-	conns map[*relay]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	conns  map[*relay]struct{} // every connection accepted and not ended
+	wg     sync.WaitGroup
 }
 
-// relay is one allowed connection and what it was allowed for.
+// relay is one connection from the sandbox and what it was allowed for.
 type relay struct {
-	in, out net.Conn
-	dst     netip.AddrPort
-	name    string
+	in   net.Conn
+	dst  netip.AddrPort
+	out  net.Conn // nil until dialed; for HTTP, the transport's own
+	name string   // the name it was allowed for; for HTTP, the last request's
+	http *http.Transport
 }
 
-const dialTimeout = 10 * time.Second
+const (
+	dialTimeout = 10 * time.Second
+	// halfClosedIdle bounds how long a connection the sandbox has
+	// finished sending on may wait for the far side to speak or close.
+	halfClosedIdle = 2 * time.Minute
+)
 
 func newProxy(a *Attachment, ln net.Listener, limits Limits) *proxy {
 	p := &proxy{a: a, ln: ln, dialer: net.Dialer{Timeout: dialTimeout}, slots: make(chan struct{}, limits.Connections), conns: map[*relay]struct{}{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if limits.Bandwidth > 0 {
-		// An eighth of a second's worth at once, and at least what one
-		// read of pipe's buffer carries.
+		// An eighth of a second's worth at once, and at least one
+		// read's worth (limitedConn reads at most 32 KiB).
 		burst := int(max(limits.Bandwidth/8, 64<<10))
 		p.up = rate.NewLimiter(rate.Limit(limits.Bandwidth), burst)
 		p.down = rate.NewLimiter(rate.Limit(limits.Bandwidth), burst)
@@ -73,98 +89,30 @@ func (p *proxy) serve() {
 			reset(c)
 			continue
 		}
-		p.wg.Add(1)
+		r := &relay{in: c}
+		if !p.track(r) {
+			<-p.slots
+			reset(c)
+			continue
+		}
 		go func() {
 			defer p.wg.Done()
 			defer func() { <-p.slots }()
-			p.handle(c)
+			defer p.untrack(r)
+			p.handle(r)
 		}()
 	}
 }
 
-// close stops accepting and cuts every connection.
-func (p *proxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for r := range p.conns {
-		r.in.Close()
-		r.out.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *proxy) handle(in net.Conn) {
-	dst, err := originalDst(in)
-	if err != nil {
-		p.a.log.Warn("connection without a destination", "err", err)
-		reset(in)
-		return
-	}
-	pol := p.a.policy()
-	var name string
-	var head []byte
-	// The name matters only for HTTP and TLS ports, and only when the
-	// policy has name rules; anything else is decided by address alone.
-	if (dst.Port() == httpPort || dst.Port() == httpsPort) && hasNameRules(pol) {
-		if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), ""); !v.allow && p.a.filter.special(dst.Addr()) {
-			p.refuse(in, dst, "", v.reason) // no name opens a reserved address
-			return
-		}
-		if name, head, err = sniffName(in, dst.Port()); err != nil {
-			reset(in)
-			return
-		}
-	}
-	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), name); !v.allow {
-		p.refuse(in, dst, name, v.reason)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-	out, err := p.dialer.DialContext(ctx, "tcp4", dst.String())
-	cancel()
-	if err != nil {
-		p.a.log.Info("connection failed", "dst", dst, "name", name, "err", err)
-		reset(in)
-		return
-	}
-	r := &relay{in: in, out: out, dst: dst, name: name}
-	if !p.track(r) {
-		in.Close()
-		out.Close()
-		return
-	}
-	defer p.untrack(r)
-	if len(head) > 0 {
-		if _, err := out.Write(head); err != nil {
-			in.Close()
-			out.Close()
-			return
-		}
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); pipe(out, in, p.up) }()
-	pipe(in, out, p.down)
-	wg.Wait()
-	in.Close()
-	out.Close()
-}
-
-func (p *proxy) refuse(in net.Conn, dst netip.AddrPort, name, why string) {
-	p.a.log.Info("connection refused", "dst", dst, "name", name, "why", why)
-	reset(in)
-}
-
-// track registers r, unless the policy changed while it was being
-// dialed and no longer allows it.
+// track registers r, unless the proxy is closing; wg counts it.
 func (p *proxy) track(r *relay) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if v := p.a.filter.check(p.a.policy(), r.dst.Addr(), r.dst.Port(), r.name); !v.allow {
+	if p.closed {
 		return false
 	}
 	p.conns[r] = struct{}{}
+	p.wg.Add(1)
 	return true
 }
 
@@ -172,6 +120,42 @@ func (p *proxy) untrack(r *relay) {
 	p.mu.Lock()
 	delete(p.conns, r)
 	p.mu.Unlock()
+	r.in.Close()
+	if r.out != nil {
+		r.out.Close()
+	}
+	if r.http != nil {
+		r.http.CloseIdleConnections()
+	}
+}
+
+// close stops accepting and cuts every connection, being sniffed,
+// dialed or relayed, and waits until all are gone.
+func (p *proxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	p.cancel()
+	for r := range p.conns {
+		r.in.Close()
+		if r.out != nil {
+			r.out.Close()
+		}
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// setOut records r's outgoing connection, unless the proxy closed or the
+// policy changed while it was being dialed and no longer allows it.
+func (p *proxy) setOut(r *relay, out net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || !p.a.filter.check(p.a.policy(), r.dst.Addr(), r.dst.Port(), r.name).allow {
+		return false
+	}
+	r.out = out
+	return true
 }
 
 // recheck cuts the connections the current policy no longer allows.
@@ -180,32 +164,256 @@ func (p *proxy) recheck() {
 	defer p.mu.Unlock()
 	pol := p.a.policy()
 	for r := range p.conns {
+		if r.out == nil && r.http == nil {
+			continue // not decided yet: setOut checks the new policy
+		}
 		if v := p.a.filter.check(pol, r.dst.Addr(), r.dst.Port(), r.name); !v.allow {
 			p.a.log.Info("connection cut", "dst", r.dst, "name", r.name, "why", v.reason)
 			reset(r.in)
-			r.out.Close()
+			if r.out != nil {
+				r.out.Close()
+			}
 		}
 	}
 }
 
-// pipe copies src to dst within the limiter's rate, then half-closes
-// dst so the far side sees the end of what was sent.
-func pipe(dst, src net.Conn, lim *rate.Limiter) {
+func (p *proxy) handle(r *relay) {
+	dst, err := originalDst(r.in)
+	if err != nil {
+		p.a.log.Warn("connection without a destination", "err", err)
+		reset(r.in)
+		return
+	}
+	r.dst = dst
+	pol := p.a.policy()
+	names := hasNameRules(pol)
+	// What no name could open is decided at once: a name opens an
+	// address only where the resolver pinned it, and never a reserved one.
+	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), ""); !v.allow && (p.a.filter.special(dst.Addr()) || !p.a.filter.pins.hasAddr(dst.Addr())) {
+		p.refuse(r.in, dst, "", v.reason)
+		return
+	}
+	// Plain HTTP under name rules is judged request by request: the
+	// Host of every request on the connection, not only the first.
+	if dst.Port() == httpPort && names {
+		p.serveHTTP(r)
+		return
+	}
+	var head []byte
+	if dst.Port() == httpsPort && names {
+		if r.name, head, err = sniffName(r.in, dst.Port()); err != nil {
+			reset(r.in)
+			return
+		}
+		// A policy that denies names cannot let a connection through
+		// whose name it cannot read (TLS without a server name).
+		if r.name == "" && hasDenyNames(pol) {
+			p.refuse(r.in, dst, "", "no server name, and denyOut names some")
+			return
+		}
+	}
+	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), r.name); !v.allow {
+		p.refuse(r.in, dst, r.name, v.reason)
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
+	out, err := p.dialer.DialContext(ctx, "tcp4", dst.String())
+	cancel()
+	if err != nil {
+		p.a.log.Info("connection failed", "dst", dst, "name", r.name, "err", err)
+		reset(r.in)
+		return
+	}
+	if !p.setOut(r, out) {
+		out.Close()
+		reset(r.in)
+		return
+	}
+	if len(head) > 0 {
+		if _, err := out.Write(head); err != nil {
+			return
+		}
+	}
+	in := p.limited(r.in)
+	// Once the sandbox has said all it will, the far side gets
+	// halfClosedIdle between reads to answer or close.
+	var sent atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pipe(in, out, &sent)
+	}()
+	pipe(out, in, nil)
+	sent.Store(true)
+	out.SetReadDeadline(time.Now().Add(halfClosedIdle))
+	<-done
+}
+
+// serveHTTP relays a plain HTTP connection request by request, each
+// request's Host checked against the policy and the resolver's pins; a
+// refused request is answered 403 and the connection closed.
+func (p *proxy) serveHTTP(r *relay) {
+	r.http = &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+			defer cancel()
+			return p.dialer.DialContext(ctx, "tcp4", r.dst.String())
+		},
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     halfClosedIdle,
+		DisableCompression:  true,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", r.dst.String()
+			pr.Out.Host = pr.In.Host
+		},
+		Transport:     r.http,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, "the server did not answer", http.StatusBadGateway)
+		},
+	}
+	// A handler may outlive Serve: an upgraded connection (a websocket)
+	// is the handler's until it ends.
+	var active sync.WaitGroup
+	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		active.Add(1)
+		defer active.Done()
+		name := req.Host
+		if h, _, err := net.SplitHostPort(name); err == nil {
+			name = h
+		}
+		name = strings.ToLower(strings.TrimSuffix(name, "."))
+		pol := p.a.policy()
+		v := p.a.filter.check(pol, r.dst.Addr(), r.dst.Port(), name)
+		if v.allow && name == "" && hasDenyNames(pol) {
+			v = verdict{false, "no Host, and denyOut names some"}
+		}
+		p.mu.Lock()
+		if v.allow && !p.closed {
+			r.name = name
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		if !v.allow || closed {
+			p.a.log.Info("request refused", "dst", r.dst, "name", name, "why", v.reason)
+			w.Header().Set("Connection", "close")
+			http.Error(w, "refused by the sandbox's network policy: "+v.reason, http.StatusForbidden)
+			return
+		}
+		rp.ServeHTTP(w, req.WithContext(p.ctx))
+	})
+	ln := &oneConnListener{c: p.limited(r.in), done: make(chan struct{})}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: sniffTimeout, IdleTimeout: halfClosedIdle,
+		MaxHeaderBytes: maxSniff, ErrorLog: log.New(io.Discard, "", 0),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateClosed || s == http.StateHijacked {
+				ln.Close()
+			}
+		}}
+	srv.Serve(ln)
+	active.Wait()
+}
+
+// oneConnListener hands out one connection, then waits to be closed.
+type oneConnListener struct {
+	c      net.Conn
+	given  bool
+	done   chan struct{}
+	closer sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if !l.given {
+		l.given = true
+		return l.c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error {
+	l.closer.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+func (p *proxy) refuse(in net.Conn, dst netip.AddrPort, name, why string) {
+	p.a.log.Info("connection refused", "dst", dst, "name", name, "why", why)
+	reset(in)
+}
+
+// limited wraps the sandbox's side of a connection in the bandwidth
+// limits, if there are any.
+func (p *proxy) limited(c net.Conn) net.Conn {
+	if p.up == nil {
+		return c
+	}
+	return &limitedConn{Conn: c, read: p.up, write: p.down}
+}
+
+// limitedConn reads (the sandbox sending) and writes (the sandbox
+// receiving) at most at its limiters' rates.
+type limitedConn struct {
+	net.Conn
+	read, write *rate.Limiter
+}
+
+func (c *limitedConn) Read(b []byte) (int, error) {
+	if len(b) > 32<<10 {
+		b = b[:32<<10]
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		_ = c.read.WaitN(context.Background(), n)
+	}
+	return n, err
+}
+
+func (c *limitedConn) Write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		chunk := b[:min(len(b), 32<<10)]
+		_ = c.write.WaitN(context.Background(), len(chunk))
+		n, err := c.Conn.Write(chunk)
+		written += n
+		if err != nil {
+			return written, err
+		}
+		b = b[n:]
+	}
+	return written, nil
+}
+
+// CloseWrite half-closes the sandbox's side, as pipe expects.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// pipe copies src to dst, then half-closes dst so the far side sees the
+// end of what was sent. Once idle is set, src must speak within
+// halfClosedIdle of each read.
+func pipe(dst, src net.Conn, idle *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	for {
+		if idle != nil && idle.Load() {
+			src.SetReadDeadline(time.Now().Add(halfClosedIdle))
+		}
 		n, err := src.Read(buf)
 		if n > 0 {
-			if lim != nil {
-				_ = lim.WaitN(context.Background(), n)
-			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				src.Close()
 				return
 			}
 		}
 		if err != nil {
-			if tc, ok := dst.(*net.TCPConn); ok && errors.Is(err, io.EOF) {
-				tc.CloseWrite()
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(err, io.EOF) {
+				cw.CloseWrite()
 			} else {
 				dst.Close()
 			}

@@ -66,6 +66,10 @@ var Names = map[string]netip.Addr{
 	"rebind.test":      PrivateAddr,
 }
 
+// Aliases are names the internet's DNS answers with a CNAME to another
+// name of Names, and that name's address.
+var Aliases = map[string]string{"alias.test": "denied.test"}
+
 // Lab is a running fake internet.
 type Lab struct {
 	Host     *os.File // the host namespace: run the daemon in it (Start, Do)
@@ -307,12 +311,16 @@ func (l *Lab) startServers() error {
 		resp.Authoritative = true
 		if len(q.Question) == 1 {
 			name := strings.TrimSuffix(strings.ToLower(q.Question[0].Name), ".")
+			if target, ok := Aliases[name]; ok && q.Question[0].Qtype == dns.TypeA {
+				resp.Answer = append(resp.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 5}, Target: target + "."})
+				name = target
+			}
 			a, ok := Names[name]
 			switch {
 			case !ok:
 				resp.Rcode = dns.RcodeNameError
 			case q.Question[0].Qtype == dns.TypeA:
-				resp.Answer = append(resp.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: a.AsSlice()})
+				resp.Answer = append(resp.Answer, &dns.A{Hdr: dns.RR_Header{Name: name + ".", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: a.AsSlice()})
 			}
 		}
 		w.WriteMsg(resp)

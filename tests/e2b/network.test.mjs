@@ -39,9 +39,29 @@ def probe(kind, *a):
         return data.decode().strip()
     if kind == "sni":  # TLS to address a[0] presenting name a[1]
         s = socket.create_connection((a[0], 443), timeout=5)
-        c = ssl.create_default_context(cafile="/home/user/lab-ca.pem").wrap_socket(s, server_hostname=a[1])
+        tls = ssl.create_default_context(cafile="/home/user/lab-ca.pem")
+        if a[1] == "-":  # no server name at all
+            tls.check_hostname = False
+        c = tls.wrap_socket(s, server_hostname=None if a[1] == "-" else a[1])
         c.sendall(b"GET / HTTP/1.0\r\nHost: " + a[1].encode() + b"\r\n\r\n")
         return c.recv(200).decode().split("\r\n")[0]
+    if kind == "keepalive":  # two requests on one connection to a[0], for Host a[1] then a[2]
+        s = socket.create_connection((a[0], 80), timeout=5)
+        f = s.makefile("rb")
+        codes = []
+        for host in a[1:3]:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n")
+            status = f.readline().split()
+            codes.append(status[1].decode() if len(status) > 1 else "none")
+            length = 0
+            while True:
+                line = f.readline()
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+                if line in (b"\r\n", b""):
+                    break
+            f.read(length)
+        return " ".join(codes)
     if kind == "udpdns":  # a query for allowed.test straight to a[0]
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.settimeout(3)
@@ -78,8 +98,8 @@ after(async () => {
 // host's nftables maps.
 const sandboxLinks = () => execFileSync('ip', ['-o', 'link', 'show']).toString().split('\n')
   .map((l) => l.split(': ')[1]?.split('@')[0]).filter((n) => n?.startsWith('al-'))
-const sandboxElements = () => ['proxy', 'dns_udp', 'dns_tcp'].flatMap((m) =>
-  execFileSync('nft', ['list', 'map', 'inet', 'airlock_v1', m]).toString().match(/"al-[0-9a-f]+"/g) ?? [])
+const sandboxElements = () => [['map', 'proxy'], ['map', 'dns_udp'], ['map', 'dns_tcp'], ['set', 'tcp_in'], ['set', 'udp_in']]
+  .flatMap(([kind, m]) => execFileSync('nft', ['list', kind, 'inet', 'airlock_v1', m]).toString().match(/"al-[0-9a-f]+"/g) ?? [])
 // The kernel deletes an ended sandbox's namespace, and its veth pair, in
 // the background: f's answer once it stops changing, within 10 s.
 async function settled(f, want = []) {
@@ -171,6 +191,8 @@ test('allowOut by name and by address, nothing else', { skip }, async () => {
     await expectFail(sbx, 'sni', '203.0.113.10', 'other.test')
     // The allowed name presented to an address it did not resolve to.
     await expectFail(sbx, 'sni', '203.0.113.30', 'allowed.test')
+    // Every request of a plain HTTP connection is judged, not the first.
+    await expectOK(sbx, /^OK 200 403$/, 'keepalive', '203.0.113.10', 'allowed.test', 'other.test')
     const info = await sbx.getInfo()
     assert.equal(info.allowInternetAccess, false)
     assert.deepEqual(info.network.allowOut, ['allowed.test', '198.51.100.0/24'])
@@ -180,13 +202,17 @@ test('allowOut by name and by address, nothing else', { skip }, async () => {
 })
 
 test('denyOut by address and by name, on top of the internet', { skip }, async () => {
-  const sbx = await create({ allowInternetAccess: true, network: { denyOut: ['203.0.113.20', 'other.test'] } })
+  const sbx = await create({ allowInternetAccess: true, network: { denyOut: ['203.0.113.20', 'other.test', 'denied.test'] } })
   try {
     await expectOK(sbx, /for allowed\.test/, 'http', 'http://allowed.test/')
     await expectOK(sbx, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
     await expectFail(sbx, 'tcp', '203.0.113.20', '7000')
     await expectFail(sbx, 'resolve', 'other.test')
     await expectFail(sbx, 'sni', '203.0.113.30', 'other.test')
+    // Nor behind an alias, nor without a name to check.
+    await expectFail(sbx, 'resolve', 'alias.test')
+    await expectFail(sbx, 'sni', '203.0.113.30', '-')
+    await expectOK(sbx, /^OK 200 403$/, 'keepalive', '203.0.113.30', 'allowed.test', 'other.test')
   } finally {
     await sbx.kill()
   }
@@ -312,7 +338,7 @@ test('nothing of a sandbox network outlives the sandbox', { skip }, async () => 
   const elements = sandboxElements()
   const sbx = await create({ allowInternetAccess: true })
   assert.equal(sandboxLinks().length, links.length + 1)
-  assert.equal(sandboxElements().length, elements.length + 3)
+  assert.equal(sandboxElements().length, elements.length + 6)
   await sbx.kill()
   assert.deepEqual(sandboxElements(), elements)
   assert.deepEqual(await settled(sandboxLinks, links), links)
