@@ -138,15 +138,11 @@ func deniedByName(pol *policy.Network, name string) bool {
 
 // nameAllowed reports whether the resolver may answer name at all.
 func nameAllowed(pol *policy.Network, name string) bool {
-	for _, r := range pol.AllowOut {
-		if r.MatchName(name) {
-			return true
-		}
-	}
-	for _, r := range pol.DenyOut {
-		if r.MatchName(name) {
-			return false
-		}
+	switch {
+	case allowedByName(pol, name):
+		return true
+	case deniedByName(pol, name):
+		return false
 	}
 	return pol.Mode == policy.NetInternet
 }
