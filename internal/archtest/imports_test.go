@@ -47,6 +47,9 @@ var allowed = map[string][]string{
 	"internal/netpolicy": {"internal/layout", "internal/policy"},
 	"internal/nettest":   {},
 
+	// Images templates are made of: a store on the host, for the daemon.
+	"internal/image": {},
+
 	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
 	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy"},
 	"internal/httpapi":     {"internal/sandbox", "internal/agentproto", "internal/policy"},

@@ -1,0 +1,368 @@
+// Package image keeps the OCI images that templates are made of: pulled
+// from registries or imported from archives, their layers unpacked into a
+// content-addressed store on the host, shared by every image that has
+// them, ready to be stacked as overlayfs lower layers.
+package image
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Image is an image in the store, as a template uses it.
+type Image struct {
+	Name    string    `json:"name"`
+	Source  string    `json:"source"` // the reference or archive it came from
+	Digest  string    `json:"digest"` // of its manifest
+	Layers  []string  `json:"layers"` // diff IDs, bottom first
+	Config  Config    `json:"config"`
+	Size    int64     `json:"size"` // bytes of file contents, unpacked
+	Created time.Time `json:"created"`
+}
+
+// Config is what of an image's configuration a sandbox uses.
+type Config struct {
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+}
+
+// Store is an image store in a directory only host root reaches:
+//
+//	layers/<hex>/     a layer unpacked (sha256 of its uncompressed tar)
+//	images/<name>.json the images, by name
+type Store struct {
+	dir    string
+	limits Limits
+}
+
+// Open returns the store in dir, making it if needed.
+func Open(dir string, lim Limits) (*Store, error) {
+	for _, d := range []string{dir, filepath.Join(dir, "layers"), filepath.Join(dir, "images")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	return &Store{dir: dir, limits: lim}, nil
+}
+
+// Names are what templates are called: lower-case letters, digits and
+// "-_.:", as E2B's aliases and name:tag.
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._:-]{0,127}$`)
+
+// CheckName reports whether n can name an image.
+func CheckName(n string) error {
+	if !validName.MatchString(n) || strings.Contains(n, "..") {
+		return fmt.Errorf("template name %q: use 1 to 128 lower-case letters, digits and . _ : - (starting with a letter or digit)", n)
+	}
+	return nil
+}
+
+// Pull fetches ref (linux/amd64) from its registry and stores it as name.
+// auth, when not nil, is the registry's credentials; otherwise the
+// default keychain ($DOCKER_CONFIG) is asked.
+func (s *Store) Pull(ctx context.Context, ref, imageName string, auth authn.Authenticator) (*Image, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %v", ref, err)
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})}
+	if auth != nil {
+		opts = append(opts, remote.WithAuth(auth))
+	} else {
+		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	img, err := remote.Image(r, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	return s.Put(ctx, imageName, ref, img)
+}
+
+// Import stores the image of an archive as name: a `docker save` tar, or
+// a directory holding an OCI image layout (its first image).
+func (s *Store) Import(ctx context.Context, path, imageName string) (*Image, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("image archive: %v", errors.Unwrap(err))
+	}
+	var img v1.Image
+	if fi.IsDir() {
+		idx, err := layout.ImageIndexFromPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not an OCI image layout: %v", path, err)
+		}
+		m, err := idx.IndexManifest()
+		if err != nil || len(m.Manifests) == 0 {
+			return nil, fmt.Errorf("%s holds no image", path)
+		}
+		if img, err = idx.Image(m.Manifests[0].Digest); err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+	} else if img, err = tarball.ImageFromPath(path, nil); err != nil {
+		return nil, fmt.Errorf("%s is not an image archive (docker save): %v", path, err)
+	}
+	return s.Put(ctx, imageName, path, img)
+}
+
+// Put unpacks img's layers that the store lacks and records img as name,
+// replacing an image of that name. Nothing of a refused image remains
+// but the layers before the refused one, which other images may share.
+func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image) (*Image, error) {
+	if err := CheckName(imageName); err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image configuration: %v", err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("image layers: %v", err)
+	}
+	if len(layers) > s.limits.Layers {
+		return nil, refuse("the image has %d layers, more than %d", len(layers), s.limits.Layers)
+	}
+	rec := &Image{Name: imageName, Source: source, Digest: digest.String(), Created: time.Now().UTC(),
+		Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
+			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
+	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		want, err := l.DiffID()
+		if err != nil {
+			return nil, err
+		}
+		size, err := s.addLayer(l, want.String(), s.limits.ImageBytes-rec.Size)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
+		}
+		rec.Size += size
+		rec.Layers = append(rec.Layers, want.String())
+	}
+	data, _ := json.MarshalIndent(rec, "", "  ")
+	if err := writeAtomic(s.imagePath(imageName), data); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// addLayer unpacks l unless the store has it. It is unpacked aside and
+// renamed into place, so that a layer in the store is always whole.
+func (s *Store) addLayer(l v1.Layer, diffID string, budget int64) (int64, error) {
+	dir, err := s.layerDir(diffID)
+	if err != nil {
+		return 0, err
+	}
+	if size, err := dirSize(dir); err == nil {
+		return size, nil
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return 0, fmt.Errorf("read layer: %w", err)
+	}
+	defer rc.Close()
+	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "layers"), ".new-")
+	if err != nil {
+		return 0, err
+	}
+	size, got, err := unpack(rc, tmp, s.limits, budget)
+	if err == nil && got != diffID {
+		err = refuse("the layer's content does not match its digest %s", diffID)
+	}
+	if err == nil {
+		err = os.WriteFile(dir+".size", []byte(fmt.Sprint(size)), 0o600)
+	}
+	if err == nil {
+		if err = os.Rename(tmp, dir); err != nil && dirExists(dir) {
+			err = nil // another process stored it meanwhile
+		}
+	}
+	if err != nil {
+		removeTree(tmp)
+		return 0, err
+	}
+	return size, nil
+}
+
+func (s *Store) layerDir(diffID string) (string, error) {
+	hexID, ok := strings.CutPrefix(diffID, "sha256:")
+	if _, err := hex.DecodeString(hexID); !ok || err != nil || len(hexID) != 64 {
+		return "", fmt.Errorf("layer digest %q is not a sha256", diffID)
+	}
+	return filepath.Join(s.dir, "layers", hexID), nil
+}
+
+// LayerDirs are the directories of img's layers, top first, as overlayfs
+// takes lower layers.
+func (s *Store) LayerDirs(img *Image) ([]string, error) {
+	var dirs []string
+	for _, id := range slices.Backward(img.Layers) {
+		d, err := s.layerDir(id)
+		if err != nil {
+			return nil, err
+		}
+		if !dirExists(d) {
+			return nil, fmt.Errorf("layer %s of %s is missing from the store", id, img.Name)
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs, nil
+}
+
+func (s *Store) imagePath(n string) string { return filepath.Join(s.dir, "images", n+".json") }
+
+// ErrNotFound: no image of that name.
+var ErrNotFound = errors.New("no such template")
+
+// Get returns the image called n.
+func (s *Store) Get(n string) (*Image, error) {
+	if err := CheckName(n); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(s.imagePath(n))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w %q", ErrNotFound, n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var img Image
+	if err := json.Unmarshal(data, &img); err != nil {
+		return nil, fmt.Errorf("template %s: %v", n, err)
+	}
+	return &img, nil
+}
+
+// List returns every image, by name.
+func (s *Store) List() ([]*Image, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, "images"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*Image
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && !strings.HasPrefix(n, ".") {
+			if img, err := s.Get(n); err == nil {
+				out = append(out, img)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Remove deletes the image called n, then the layers no image has.
+func (s *Store) Remove(n string) error {
+	if _, err := s.Get(n); err != nil {
+		return err
+	}
+	if err := os.Remove(s.imagePath(n)); err != nil {
+		return err
+	}
+	return s.Prune()
+}
+
+// Prune removes the layers no image refers to, and what an unpack that
+// died left. A layer in use by a sandbox is held by its mounts: removing
+// its directory does not pull it from under them.
+func (s *Store) Prune() error {
+	imgs, err := s.List()
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, img := range imgs {
+		for _, id := range img.Layers {
+			keep[strings.TrimPrefix(id, "sha256:")] = true
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(s.dir, "layers"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		n := e.Name()
+		id := strings.TrimSuffix(n, ".size")
+		if keep[id] {
+			continue
+		}
+		if strings.HasPrefix(n, ".new-") {
+			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Hour {
+				continue // an unpack may be under way
+			}
+		}
+		if err := removeTree(filepath.Join(s.dir, "layers", n)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func dirExists(d string) bool {
+	fi, err := os.Lstat(d)
+	return err == nil && fi.IsDir()
+}
+
+// dirSize is a stored layer's size, written beside it.
+func dirSize(dir string) (int64, error) {
+	if !dirExists(dir) {
+		return 0, os.ErrNotExist
+	}
+	data, err := os.ReadFile(dir + ".size")
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	_, err = fmt.Sscan(string(data), &n)
+	return n, err
+}
+
+// removeTree removes a tree that may hold read-only directories.
+func removeTree(dir string) error {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+func writeAtomic(path string, data []byte) error {
+	var r [8]byte
+	rand.Read(r[:])
+	tmp := filepath.Join(filepath.Dir(path), "."+hex.EncodeToString(r[:]))
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
