@@ -17,6 +17,7 @@ commands:
   run     run a command or a code snippet in a fresh sandbox
   serve   serve the E2B-compatible API (sandboxes, gateway, warm pools) and MCP at /mcp
   mcp     serve MCP over stdio, for agents that start their tools
+  template  pull, import, list and remove templates (OCI images)
   bench   compare airlock run against bare python3
   version print the version
 `
@@ -57,6 +58,8 @@ func run(args []string) error {
 		return serveCmd(args[1:])
 	case "mcp":
 		return mcpCmd(args[1:])
+	case "template":
+		return templateCmd(args[1:])
 	case agentproto.AgentArg:
 		// Inside a sandbox, started by its init: serve the envd protocol.
 		return agent.Main()

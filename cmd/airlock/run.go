@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -81,6 +82,9 @@ type runFlags struct {
 	netSet        bool
 	allow, deny   listFlag
 	dns           listFlag
+	template      string
+	stateDir      string
+	workdirSet    bool
 }
 
 func parseRunFlags(args []string) (*runFlags, error) {
@@ -107,6 +111,8 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.Func("net", "network: none (loopback only, the default) or internet", func(s string) error { f.net, f.netSet = s, true; return nil })
 	fs.Var(&f.allow, "allow-out", "CIDR, IP, domain or *.domain the sandbox may reach (repeatable; without --net internet, nothing else)")
 	fs.Var(&f.deny, "deny-out", "CIDR, IP, domain or *.domain the sandbox may not reach (repeatable)")
+	fs.StringVar(&f.template, "template", "", "template to run in (airlock template list); default: the host's /usr, read-only")
+	stateDir := stateDirFlag(fs)
 	fs.Var(&f.dns, "dns", "upstream DNS server for the sandbox's resolver, IP[:PORT] (repeatable; default: the host's /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -118,6 +124,8 @@ func parseRunFlags(args []string) (*runFlags, error) {
 		return nil, usageError{err.Error()}
 	}
 	f.argv = fs.Args()
+	f.stateDir = *stateDir
+	fs.Visit(func(fl *flag.Flag) { f.workdirSet = f.workdirSet || fl.Name == "workdir" })
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, err
@@ -270,6 +278,11 @@ func runCmd(args []string) error {
 	default:
 		return usageError{fmt.Sprintf("unknown backend %q (namespaces or gvisor)", f.backend)}
 	}
+	if f.template != "" {
+		if err := f.useTemplate(); err != nil {
+			return err
+		}
+	}
 	spec := &backend.Spec{Policy: f.policy, Argv: argv, Files: files}
 	if err := b.Check(spec); err != nil {
 		return usageError{err.Error()}
@@ -330,6 +343,25 @@ func runCmd(args []string) error {
 		}
 	}
 	return exitError{code}
+}
+
+// useTemplate roots the sandbox in the template's image.
+func (f *runFlags) useTemplate() error {
+	if err := image.CheckName(f.template); err != nil {
+		return usageError{err.Error()}
+	}
+	store, err := openImages(f.stateDir)
+	if err != nil {
+		return err
+	}
+	img, err := store.Get(f.template)
+	if errors.Is(err, image.ErrNotFound) {
+		return usageError{fmt.Sprintf("no template %q (airlock template list)", f.template)}
+	}
+	if err != nil {
+		return err
+	}
+	return templatePolicy(store, img, &f.policy, f.workdirSet)
 }
 
 // attachNetwork makes the sandbox's network, in this process: its proxy

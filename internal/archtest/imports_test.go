@@ -25,7 +25,7 @@ const module = "github.com/airlock-sandbox/airlock/"
 var allowed = map[string][]string{
 	"cmd/airlock": {"internal/agent", "internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
-		"internal/agentproto", "internal/netpolicy"},
+		"internal/agentproto", "internal/netpolicy", "internal/image"},
 	"tests/netlab": {"internal/nettest"},
 
 	"internal/policy":     {},
@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"internal/image": {},
 
 	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
-	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy"},
+	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image"},
 	"internal/httpapi":     {"internal/sandbox", "internal/agentproto", "internal/policy"},
 	"internal/mcp":         {"internal/sandbox", "internal/agentproto"},
 	"internal/airlocktest": {},

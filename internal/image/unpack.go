@@ -100,7 +100,7 @@ func unpack(r io.Reader, dst string, lim Limits, budget int64) (size int64, diff
 			}
 			continue
 		}
-		mode := os.FileMode(hdr.Mode & 0o7777)
+		mode := fileMode(hdr.Mode)
 		if name != "." && hdr.Typeflag != tar.TypeDir {
 			// A later entry replaces an earlier one of the same path.
 			if err := root.RemoveAll(name); err != nil {
@@ -150,7 +150,7 @@ func unpack(r io.Reader, dst string, lim Limits, budget int64) (size int64, diff
 				return size, "", refuse("entry %q: %v", hdr.Name, err)
 			}
 		case tar.TypeFifo:
-			if err := mknod(root, dir, base, unix.S_IFIFO|uint32(mode.Perm()), 0); err != nil {
+			if err := mknod(root, dir, base, unix.S_IFIFO|uint32(hdr.Mode&0o777), 0); err != nil {
 				return size, "", refuse("entry %q: %v", hdr.Name, err)
 			}
 		case tar.TypeChar, tar.TypeBlock:
@@ -179,6 +179,22 @@ func unpack(r io.Reader, dst string, lim Limits, budget int64) (size int64, diff
 		root.Chtimes(dirs[i].name, dirs[i].mtime, dirs[i].mtime)
 	}
 	return size, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fileMode converts a tar entry's Unix mode bits to an os.FileMode,
+// whose setuid, setgid and sticky bits are not the Unix ones.
+func fileMode(m int64) os.FileMode {
+	fm := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
 }
 
 // entryName cleans a tar entry's name to a path relative to the layer's

@@ -23,6 +23,11 @@ type Policy struct {
 	Env         []string      // KEY=VALUE pairs added to the default environment
 	Workdir     string        // working directory inside the sandbox
 	Network     Network       // what it may reach; the zero value: loopback only
+	// RootLayers, when set, make the sandbox's root: these host
+	// directories (an image's layers, top first) stacked read-only under
+	// a writable layer of DiskBytes. Unset: the host's view (its /usr,
+	// read-only, and a few /etc entries).
+	RootLayers []string
 }
 
 // Mount makes a host path visible inside the sandbox.
@@ -49,6 +54,7 @@ func Default() Policy {
 // almost always a typo (256 instead of 256M) and are rejected rather than
 // silently producing a sandbox that dies at start.
 const (
+	maxLayers = 127
 	minMemory = 16 << 20
 	minDisk   = 1 << 20
 	maxCPUs   = 1024
@@ -79,6 +85,14 @@ func (p *Policy) Validate() error {
 	}
 	if err := p.Network.Validate(); err != nil {
 		return err
+	}
+	if len(p.RootLayers) > maxLayers {
+		return fmt.Errorf("an image of %d layers: at most %d are allowed", len(p.RootLayers), maxLayers)
+	}
+	for _, l := range p.RootLayers {
+		if !path.IsAbs(l) || path.Clean(l) != l {
+			return fmt.Errorf("image layer %q is not a clean absolute path", l)
+		}
 	}
 	if err := checkSandboxPath("workdir", p.Workdir); err != nil {
 		return err

@@ -55,13 +55,18 @@ type initConfig struct {
 	Pids      int64
 	Mounts    []policy.Mount
 	Files     []backend.File
+	// Layers is how many image layers the host sends, on the socket that
+	// follows the mount trees, once this process's user namespace exists
+	// (see layers.go); 0: the sandbox's root is the host's view.
+	Layers int
 	// Networked: init was started in a network namespace the host made
 	// and configured (package netpolicy), loopback included, and owns
 	// none of it; otherwise its namespace is new and has only loopback.
 	Networked bool
 	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
 	// host, follow firstExtraFD; the mount trees come next, one per
-	// Mounts entry, and then CommandFiles files for the command.
+	// Mounts entry, then the layers' socket if Layers > 0, and then
+	// CommandFiles files for the command.
 	CgroupFiles  int
 	CommandFiles int
 }
@@ -116,8 +121,17 @@ func setup() (int, error) {
 	if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
 		return 0, fmt.Errorf("sethostname: %w", err)
 	}
-	// 3. The root file system, then pivot into it.
-	if err := buildRoot(c.RootDir, c, firstExtraFD+c.CgroupFiles); err != nil {
+	// 3. The root file system, then pivot into it: the host's view, or an
+	// image's layers, which the host idmapped for this user namespace.
+	firstMount := firstExtraFD + c.CgroupFiles
+	var layers []int
+	if c.Layers > 0 {
+		var err error
+		if layers, err = receiveLayers(firstMount+len(c.Mounts), c.Layers); err != nil {
+			return 0, err
+		}
+	}
+	if err := buildRoot(c.RootDir, c, firstMount, layers); err != nil {
 		return 0, err
 	}
 	// 4. Network: a fresh namespace has only loopback, and it is down. A
@@ -155,7 +169,7 @@ func setup() (int, error) {
 	}
 	files := []uintptr{0, 1, 2}
 	for i := range c.CommandFiles {
-		files = append(files, uintptr(firstExtraFD+c.CgroupFiles+len(c.Mounts)+i))
+		files = append(files, uintptr(firstExtraFD+c.CgroupFiles+len(c.Mounts)+min(c.Layers, 1)+i))
 	}
 	// Nothing but those files may reach the command: not the status pipe,
 	// not whatever the host process inherited. ForkExec's dup2 clears
@@ -354,6 +368,9 @@ func restrictLandlock(c *initConfig) error {
 	// Landlock itself is present (checked above), so it is enforced.
 	cfg = cfg.BestEffort()
 	writable := []string{"/tmp", "/home/user", "/dev/shm"}
+	if c.Layers > 0 {
+		writable = []string{"/"} // an image's root is the sandbox's own, writable as on E2B
+	}
 	for _, m := range c.Mounts {
 		if !m.ReadOnly {
 			writable = append(writable, m.Target)

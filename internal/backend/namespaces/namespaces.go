@@ -322,6 +322,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		Mounts:    p.Mounts,
 		Files:     spec.Files,
 		Networked: spec.NetNS != nil,
+		Layers:    len(p.RootLayers),
 	}
 	// Every file handed to init is closed here once init has started (or
 	// failed to); a second Close of the same file is harmless.
@@ -355,14 +356,10 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		Env:  []string{},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: clone,
-			UidMappings: []syscall.SysProcIDMap{
-				{ContainerID: 0, HostID: base, Size: 1},
-				{ContainerID: layout.UID, HostID: base + layout.UID, Size: 1},
-			},
-			GidMappings: []syscall.SysProcIDMap{
-				{ContainerID: 0, HostID: base, Size: 1},
-				{ContainerID: layout.GID, HostID: base + layout.GID, Size: 1},
-			},
+			// The sandbox's own 65,536 ids: its root, its user, and
+			// whatever ids an image's files have.
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: hostIDRange}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: hostIDRange}},
 			// Without an explicit credential the child would keep host
 			// uid 0 (unmapped, but still the owner of root's files).
 			// Empty Groups drops host root's supplementary groups.
@@ -394,6 +391,19 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	if err != nil {
 		statusR.Close()
 		return err
+	}
+	// The image's layers travel on a socket, once init's user namespace
+	// exists: their idmapped mounts are made for it (layers.go).
+	var layerSock *os.File
+	if len(p.RootLayers) > 0 {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			statusR.Close()
+			return fmt.Errorf("layer socket: %w", err)
+		}
+		layerSock = os.NewFile(uintptr(pair[0]), "layers")
+		defer layerSock.Close()
+		handed = append(handed, os.NewFile(uintptr(pair[1]), "layers"))
 	}
 	handed = append(handed, spec.extraFiles...)
 	cfg.CommandFiles = len(spec.extraFiles)
@@ -438,6 +448,11 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		return abort(fmt.Errorf("send config: %w", err))
 	}
 	cfgW.Close()
+	if layerSock != nil {
+		if err := sendLayers(layerSock, cmd.Process.Pid, p.RootLayers); err != nil {
+			return abort(&backend.SetupError{Msg: err.Error()})
+		}
+	}
 
 	// Init reports 'R' once the command runs, or 'E' and why it could not.
 	// A setup that hangs is a failure too, not a hang of the caller, and

@@ -21,11 +21,14 @@ var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 //
 // The user's mounts arrive as detached mount trees (see openMounts), one fd
 // each from firstMountFD on.
-func buildRoot(dir string, c *initConfig, firstMountFD int) error {
+func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int) error {
 	// Private propagation first: without it, mounts below could propagate
 	// back into the host's mount namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if len(layers) > 0 {
+		return buildImageRoot(dir, c, firstMountFD, layers)
 	}
 	// One size-limited tmpfs holds the whole writable part of the sandbox
 	// (/tmp, /home/user, /dev/shm): that is the --disk limit.
@@ -55,7 +58,7 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	r.setattr("etc", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	r.mkdir("proc", 0o555)
 	r.mount("proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-	r.buildDev()
+	r.buildDev(nil)
 	r.mkdir("tmp", 0o1777)
 	r.mkdir("home", 0o755)
 	r.mkdir(layout.Home[1:], 0o700)
@@ -70,8 +73,84 @@ func buildRoot(dir string, c *initConfig, firstMountFD int) error {
 	if r.err != nil {
 		return r.err
 	}
-	// pivot_root, then detach the old root: from here on the host's file
-	// system is unreachable by path.
+	return pivot(dir)
+}
+
+// buildImageRoot is buildRoot for a sandbox of an image: the overlay of
+// its layers (imageRoot) becomes the root first, and everything else is
+// made inside it. The image is untrusted: its symlinks may point anywhere,
+// and only once the host's file system is out of reach is any path of the
+// image followed. What the sandbox needs of the host (device nodes, the
+// user's mounts, the agent's binary) comes along as mounts already open.
+func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int) error {
+	devs := map[string]int{}
+	defer func() {
+		for _, fd := range devs {
+			unix.Close(fd)
+		}
+	}()
+	for _, name := range hostDevices {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, "/dev/"+name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("dev %s: %w", name, err)
+		}
+		devs[name] = fd
+	}
+	// A user namespace may mount a proc only where one is fully visible:
+	// made now, attached once the root is the image's.
+	proc, err := detachedProc()
+	if err != nil {
+		return err
+	}
+	devs["proc"] = proc
+	img, err := imageRoot(dir, layers, c.DiskBytes)
+	if err != nil {
+		return err
+	}
+	if err := pivot(img.dir); err != nil {
+		return err
+	}
+	r := &rootBuilder{dir: "/"}
+	r.mkdir("proc", 0o555)
+	r.attach(proc, "proc")
+	delete(devs, "proc")
+	r.buildDev(devs)
+	clear(devs) // attached, and closed, by buildDev
+	r.imageEtc(c.Networked)
+	r.mkdir("tmp", 0o1777)
+	r.mkdir(layout.Home[1:], 0o700)
+	r.chown(layout.Home[1:], layout.UID, layout.GID)
+	for i, m := range c.Mounts {
+		r.attach(firstMountFD+i, strings.TrimPrefix(m.Target, "/"))
+	}
+	r.mkdir(layout.CodeDir[1:], 0o755)
+	for _, f := range c.Files {
+		r.replace(layout.CodeDir[1:]+"/"+f.Name, f.Data, 0o444)
+	}
+	return r.err
+}
+
+// detachedProc makes a proc file system for the sandbox's pid namespace,
+// mounted nowhere yet.
+func detachedProc() (int, error) {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("proc: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("proc: %w", err)
+	}
+	fd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("proc: %w", err)
+	}
+	return fd, nil
+}
+
+// pivot makes dir the root, then detaches the old one: from then on the
+// host's file system is unreachable by path.
+func pivot(dir string) error {
 	const old = ".oldroot"
 	if err := os.Mkdir(filepath.Join(dir, old), 0o700); err != nil {
 		return fmt.Errorf("pivot: %w", err)
@@ -144,6 +223,10 @@ func (r *rootBuilder) write(rel string, data []byte, mode os.FileMode) {
 
 func (r *rootBuilder) symlink(target, rel string) {
 	if r.err == nil {
+		// An image may have one there already.
+		if fi, err := os.Lstat(r.path(rel)); err == nil && !fi.IsDir() {
+			os.Remove(r.path(rel))
+		}
 		if err := os.Symlink(target, r.path(rel)); err != nil {
 			r.fail("symlink %s: %w", rel, err)
 		}
@@ -289,20 +372,30 @@ func (r *rootBuilder) attach(fd int, rel string) {
 
 // buildDev creates a minimal /dev: a few harmless device nodes bound from
 // the host (a user namespace cannot mknod), a private devpts instance for
-// terminals, and /dev/shm on the sandbox's own tmpfs.
-func (r *rootBuilder) buildDev() {
+// terminals, and /dev/shm on the sandbox's own tmpfs. The nodes are bound
+// from their paths, or, once the host is out of reach, attached from the
+// mounts in devs (by name), which it closes.
+func (r *rootBuilder) buildDev(devs map[string]int) {
 	r.mkdir("dev", 0o755)
 	for _, name := range hostDevices {
 		if r.err != nil {
 			return
 		}
 		dst := r.path("dev/" + name)
-		if err := os.WriteFile(dst, nil, 0o644); err != nil {
-			r.fail("dev %s: %w", name, err)
-			return
+		if fd, ok := devs[name]; ok {
+			r.replace("dev/"+name, nil, 0o644)
+			r.attach(fd, "dev/"+name)
+		} else {
+			if err := os.WriteFile(dst, nil, 0o644); err != nil {
+				r.fail("dev %s: %w", name, err)
+				return
+			}
+			if err := unix.Mount("/dev/"+name, dst, "", unix.MS_BIND, ""); err != nil {
+				r.fail("bind /dev/%s: %w", name, err)
+				return
+			}
 		}
-		if err := unix.Mount("/dev/"+name, dst, "", unix.MS_BIND, ""); err != nil {
-			r.fail("bind /dev/%s: %w", name, err)
+		if r.err != nil {
 			return
 		}
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/layout"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+const templateUsage = `usage: airlock template <command> [flags]
+
+commands:
+  pull   NAME REFERENCE   pull an image from an OCI registry as template NAME
+  import NAME PATH        import a docker save archive or an OCI image layout directory
+  list                    list the templates
+  rm     NAME             remove a template (and the layers no other template has)
+
+flags (every command):
+  --state-dir DIR         where templates are kept (default /var/lib/airlock, $AIRLOCK_STATE_DIR)
+`
+
+// defaultStateDir is airlock serve's, which keeps templates too.
+const defaultStateDir = "/var/lib/airlock"
+
+func stateDirFlag(fs *flag.FlagSet) *string {
+	d := os.Getenv("AIRLOCK_STATE_DIR")
+	if d == "" {
+		d = defaultStateDir
+	}
+	return fs.String("state-dir", d, "where templates are kept")
+}
+
+// openImages opens the template store of a state directory.
+func openImages(stateDir string) (*image.Store, error) {
+	if !filepath.IsAbs(stateDir) {
+		return nil, usageError{fmt.Sprintf("state directory %q is not an absolute path", stateDir)}
+	}
+	if os.Geteuid() != 0 {
+		return nil, usageError{"templates need root (their layers keep the image's owners)"}
+	}
+	return image.Open(filepath.Join(stateDir, "images"), image.DefaultLimits)
+}
+
+func templateCmd(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, templateUsage)
+		return exitError{2}
+	}
+	fs := flag.NewFlagSet("template", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	stateDir := stateDirFlag(fs)
+	// Flags may come before, between or after the arguments.
+	var a []string
+	for rest := args[1:]; ; {
+		if err := fs.Parse(rest); err != nil {
+			return usageError{err.Error()}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		a, rest = append(a, fs.Arg(0)), fs.Args()[1:]
+	}
+	want := map[string]int{"pull": 2, "import": 2, "list": 0, "ls": 0, "rm": 1}
+	n, ok := want[args[0]]
+	if !ok {
+		return usageError{fmt.Sprintf("unknown template command %q (pull, import, list, rm)", args[0])}
+	}
+	if len(a) != n {
+		return usageError{fmt.Sprintf("template %s takes %d argument(s), got %d", args[0], n, len(a))}
+	}
+	if n > 0 {
+		if err := image.CheckName(a[0]); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	store, err := openImages(*stateDir)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var img *image.Image
+	switch args[0] {
+	case "pull":
+		fmt.Fprintf(os.Stderr, "pulling %s\n", a[1])
+		img, err = store.Pull(ctx, a[1], a[0], nil)
+	case "import":
+		img, err = store.Import(ctx, a[1], a[0])
+	case "list", "ls":
+		imgs, err := store.List()
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "NAME\tLAYERS\tSIZE\tSOURCE")
+		for _, img := range imgs {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", img.Name, len(img.Layers), policy.FormatSize(img.Size), img.Source)
+		}
+		return w.Flush()
+	case "rm":
+		err = store.Remove(a[0])
+		if errors.Is(err, image.ErrNotFound) {
+			return usageError{err.Error()}
+		}
+		return err
+	}
+	var ue *image.UnpackError
+	if errors.As(err, &ue) {
+		return usageError{"refused: " + err.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %d layers, %s\n", img.Name, len(img.Layers), policy.FormatSize(img.Size))
+	return nil
+}
+
+// templatePolicy makes p a policy for sandboxes of img: its layers as the
+// root, its environment and working directory under what p sets itself.
+func templatePolicy(store *image.Store, img *image.Image, p *policy.Policy, workdirSet bool) error {
+	dirs, err := store.LayerDirs(img)
+	if err != nil {
+		return err
+	}
+	p.RootLayers = dirs
+	p.Env = layout.MergeEnv(img.Config.Env, p.Env)
+	if !workdirSet && img.Config.WorkingDir != "" && strings.HasPrefix(img.Config.WorkingDir, "/") {
+		p.Workdir = img.Config.WorkingDir
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package namespaces
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/layout"
+)
+
+// A sandbox of a template has the template's image as its root: the
+// image's layers (host directories of the image store, owned by the
+// image's own ids, 0 for root) stacked read-only as overlayfs lower
+// layers under a writable layer on a tmpfs of the disk limit.
+//
+// The layers reach init as mounts, not paths: the host clones each one
+// into a detached mount that is idmapped through the sandbox's own user
+// namespace (so that the image's root is the sandbox's root, and on the
+// host the sandbox's ids own nothing of the store), read-only, and passes
+// them over a socket once init's user namespace exists. Init mounts the
+// overlay inside its user namespace and mount namespace: the host sees
+// none of it.
+
+// sendLayers clones dirs as idmapped mounts for the user namespace of
+// process pid and sends them over sock.
+func sendLayers(sock *os.File, pid int, dirs []string) error {
+	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return fmt.Errorf("sandbox user namespace: %w", err)
+	}
+	defer userns.Close()
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, dir := range dirs {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("image layer: %w", err)
+		}
+		fds = append(fds, fd)
+		attr := unix.MountAttr{
+			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+			Userns_fd: uint64(userns.Fd()),
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fmt.Errorf("image layer: idmapped mount: %w (the image store's file system must support idmapped mounts)", err)
+		}
+	}
+	// One message: at most 253 descriptors travel at once, and an image
+	// has at most 127 layers.
+	return unix.Sendmsg(int(sock.Fd()), []byte{byte(len(fds))}, unix.UnixRights(fds...), nil, 0)
+}
+
+// receiveLayers reads the n layer mounts the host sends on fd.
+func receiveLayers(fd, n int) ([]int, error) {
+	defer unix.Close(fd)
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(n*4))
+	_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("receive image layers: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("receive image layers: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		return nil, fmt.Errorf("receive image layers: %w", err)
+	}
+	if len(fds) != n {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return nil, fmt.Errorf("receive image layers: got %d of %d", len(fds), n)
+	}
+	return fds, nil
+}
+
+// imageRoot mounts the sandbox's root from the layer mounts (top first)
+// at dir/root and returns its builder: a tmpfs of diskBytes at dir holds
+// the writable layer (u), overlayfs' work directory (w) and the layers'
+// mount points (l/N).
+func imageRoot(dir string, layers []int, diskBytes int64) (*rootBuilder, error) {
+	opts := fmt.Sprintf("size=%d,mode=0755", diskBytes)
+	if err := unix.Mount("airlock", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	base := rootBuilder{dir: dir}
+	var lower []string
+	for i, fd := range layers {
+		rel := "l/" + strconv.Itoa(i)
+		base.attach(fd, rel)
+		lower = append(lower, rel)
+	}
+	base.mkdir("u", 0o755)
+	base.mkdir("w", 0o755)
+	base.mkdir("root", 0o755)
+	if base.err != nil {
+		return nil, base.err
+	}
+	// Relative paths, from dir: the option string has a page's room.
+	// userxattr: inside a user namespace overlayfs keeps its own marks
+	// (opaque directories, whiteouts of the upper layer) in user.* xattrs.
+	if err := unix.Chdir(dir); err != nil {
+		return nil, err
+	}
+	data := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=u,workdir=w,userxattr"
+	if err := unix.Mount("airlock", "root", "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return nil, fmt.Errorf("mount the image's root (overlayfs): %w", err)
+	}
+	return &rootBuilder{dir: filepath.Join(dir, "root")}, nil
+}
+
+// imageEtc writes into an image's /etc what every sandbox is given: its
+// host name and network, and the sandbox user, where the image lacks one.
+func (r *rootBuilder) imageEtc(networked bool) {
+	gen := layout.GeneratedEtc(networked)
+	r.mkdir("etc", 0o755)
+	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+		r.replace("etc/"+name, gen[name], 0o644)
+	}
+	r.appendMissing("etc/passwd", layout.User+":",
+		fmt.Sprintf("%s:x:%d:%d:%s:%s:/bin/sh\n", layout.User, layout.UID, layout.GID, layout.User, layout.Home))
+	r.appendMissing("etc/group", layout.User+":",
+		fmt.Sprintf("%s:x:%d:\n", layout.User, layout.GID))
+}
+
+// replace writes rel, replacing whatever the image has there (a symlink
+// included: it is never followed).
+func (r *rootBuilder) replace(rel string, data []byte, mode os.FileMode) {
+	if r.err != nil {
+		return
+	}
+	if err := os.Remove(r.path(rel)); err != nil && !os.IsNotExist(err) {
+		r.fail("replace %s: %w", rel, err)
+		return
+	}
+	r.write(rel, data, mode)
+}
+
+// appendMissing adds line to the file rel unless a line starts with
+// prefix; a missing file is made.
+func (r *rootBuilder) appendMissing(rel, prefix, line string) {
+	if r.err != nil {
+		return
+	}
+	p := r.path(rel)
+	fi, err := os.Lstat(p)
+	if err == nil && !fi.Mode().IsRegular() {
+		r.fail("%s in the image is not a regular file", rel)
+		return
+	}
+	data, err := os.ReadFile(p)
+	if err != nil && !os.IsNotExist(err) {
+		r.fail("read %s: %w", rel, err)
+		return
+	}
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		if bytes.HasPrefix(l, []byte(prefix)) {
+			return
+		}
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		data = append(data, '\n')
+	}
+	r.write(rel, append(data, line...), 0o644)
+}
