@@ -96,6 +96,9 @@ func templateCmd(args []string) error {
 		fmt.Fprintf(os.Stderr, "pulling %s\n", a[1])
 		img, err = store.Pull(ctx, a[1], a[0], nil)
 	case "import":
+		if _, err := os.Stat(a[1]); err != nil {
+			return usageError{fmt.Sprintf("image archive %s: %v", a[1], errors.Unwrap(err))}
+		}
 		img, err = store.Import(ctx, a[1], a[0])
 	case "list", "ls":
 		imgs, err := store.List()

@@ -48,7 +48,8 @@ var allowed = map[string][]string{
 	"internal/nettest":   {},
 
 	// Images templates are made of: a store on the host, for the daemon.
-	"internal/image": {},
+	"internal/image":           {},
+	"internal/image/imagetest": {},
 
 	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
 	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image"},

@@ -185,7 +185,8 @@ func (r *rootBuilder) fail(format string, args ...any) {
 	}
 }
 
-func (r *rootBuilder) mkdir(rel string, mode os.FileMode) {
+// mkdir makes rel with the Unix mode bits mode (0o1777: sticky).
+func (r *rootBuilder) mkdir(rel string, mode uint32) {
 	if r.err != nil {
 		return
 	}
@@ -194,8 +195,9 @@ func (r *rootBuilder) mkdir(rel string, mode os.FileMode) {
 		r.fail("mkdir %s: %w", rel, err)
 		return
 	}
-	// Chmod explicitly: MkdirAll applies the umask and drops the sticky bit.
-	if err := os.Chmod(p, mode); err != nil {
+	// Chmod explicitly, with the raw bits: MkdirAll applies the umask,
+	// and os.FileMode(0o1777) is not sticky (os.ModeSticky is).
+	if err := unix.Chmod(p, mode); err != nil {
 		r.fail("chmod %s: %w", rel, err)
 	}
 }

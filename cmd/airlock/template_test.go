@@ -1,0 +1,136 @@
+package main
+
+import (
+	"archive/tar"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/airlock-sandbox/airlock/internal/airlocktest"
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/image/imagetest"
+)
+
+// importImage writes img as a docker save archive and imports it as
+// template name into stateDir.
+func importImage(t *testing.T, stateDir, templateName string, img v1.Image) {
+	t.Helper()
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	tag, _ := name.NewTag("test/" + templateName + ":1")
+	if err := tarball.WriteToFile(archive, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	if r := airlock(t, "", "template", "import", templateName, archive, "--state-dir", stateDir); r.code != 0 {
+		t.Fatalf("template import: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+func busybox(t *testing.T, top ...imagetest.Entry) v1.Image {
+	t.Helper()
+	if _, err := os.Stat(imagetest.Busybox); err != nil {
+		t.Skip("no busybox-static (make test installs it)")
+	}
+	var layers []v1.Layer
+	if len(top) > 0 {
+		l, err := imagetest.Layer(top...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers = append(layers, l)
+	}
+	img, err := imagetest.BusyboxImage([]string{"PATH=/bin", "GREETING=from the image"}, "/srv", layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func TestRunTemplate(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	state := t.TempDir()
+	importImage(t, state, "bb", busybox(t,
+		imagetest.Entry{Name: "srv/hello", Body: "hello from a layer\n"},
+		imagetest.Entry{Name: "etc/.wh.group"}))
+	run := func(args ...string) cliResult {
+		t.Helper()
+		r := airlock(t, "", append([]string{"run", "--state-dir", state, "--template", "bb"}, args...)...)
+		airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
+		return r
+	}
+	r := run("--", "/bin/sh", "-c", `id -u; pwd; echo "$GREETING"; cat /srv/hello; stat -c '%u %A' /bin/busybox /tmp; test -e /usr && echo host-usr; grep -c '^user:' /etc/group; echo written > /tmp/mark; cat /tmp/mark`)
+	want := "1000\n/srv\nfrom the image\nhello from a layer\n0 -rwxr-xr-x\n0 drwxrwxrwt\n1\nwritten\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("in the template: exit %d, stdout %q, want %q; stderr %s", r.code, r.stdout, want, r.stderr)
+	}
+	// Each sandbox starts from the image, not from the last one's writes.
+	if r := run("--", "/bin/sh", "-c", "test -e /tmp/mark && echo kept || echo fresh"); r.stdout != "fresh\n" {
+		t.Errorf("a write survived its sandbox: %q %s", r.stdout, r.stderr)
+	}
+	// The disk limit bounds the writable layer.
+	r = run("--disk", "2M", "--", "/bin/sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=8 2>&1 | grep -i space")
+	if !strings.Contains(r.stdout, "No space left") {
+		t.Errorf("8 MB in a 2 MB writable layer: %q %s", r.stdout, r.stderr)
+	}
+	if r := airlock(t, "", "run", "--state-dir", state, "--template", "nope", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, `no template "nope"`) {
+		t.Errorf("an unknown template: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// An image is untrusted: its symlinks are followed only inside the
+// sandbox, never on the host while the sandbox is built.
+func TestTemplateSymlinksStayInside(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	state := t.TempDir()
+	hostDir := t.TempDir()
+	os.Chmod(hostDir, 0o777)
+	hostFile := filepath.Join(hostDir, "precious")
+	os.WriteFile(hostFile, []byte("host data\n"), 0o666)
+	importImage(t, state, "links", busybox(t,
+		imagetest.Entry{Name: "dev", Type: tar.TypeSymlink, Link: hostDir},
+		imagetest.Entry{Name: "home", Type: tar.TypeSymlink, Link: hostDir},
+		imagetest.Entry{Name: "etc/hosts", Type: tar.TypeSymlink, Link: hostFile},
+		imagetest.Entry{Name: "etc/passwd", Type: tar.TypeSymlink, Link: hostFile},
+		imagetest.Entry{Name: "srv/", Type: tar.TypeDir}))
+	r := airlock(t, "", "run", "--state-dir", state, "--template", "links", "--", "/bin/sh", "-c", "cat /etc/hosts; ls /dev/null")
+	if r.code == 0 && strings.Contains(r.stdout, "host data") {
+		t.Errorf("the sandbox read a host file through the image's symlink: %q", r.stdout)
+	}
+	if entries, _ := os.ReadDir(hostDir); len(entries) != 1 {
+		t.Errorf("building the sandbox wrote on the host: %v", entries)
+	}
+	if data, _ := os.ReadFile(hostFile); string(data) != "host data\n" {
+		t.Errorf("the host file changed: %q", data)
+	}
+	airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
+}
+
+func TestTemplateBadInput(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	state := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"template"}, ""},
+		{[]string{"template", "frob"}, `unknown template command "frob"`},
+		{[]string{"template", "import", "bb"}, "takes 2 argument(s), got 1"},
+		{[]string{"template", "import", "Bad Name", "/x"}, "template name"},
+		{[]string{"template", "import", "bb", "/nonexistent-airlock-archive"}, "image archive"},
+		{[]string{"template", "rm", "nope"}, `no such template "nope"`},
+		{[]string{"template", "list", "--state-dir", "relative"}, "not an absolute path"},
+	} {
+		args := append(tc.args, "--state-dir", state)
+		if len(tc.args) > 1 && tc.args[len(tc.args)-2] == "--state-dir" {
+			args = tc.args
+		}
+		r := airlock(t, "", args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d %q, want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
