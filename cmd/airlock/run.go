@@ -361,7 +361,7 @@ func (f *runFlags) useTemplate() error {
 	if err != nil {
 		return err
 	}
-	return templatePolicy(store, img, &f.policy, f.workdirSet)
+	return store.Apply(img, &f.policy, f.workdirSet)
 }
 
 // attachNetwork makes the sandbox's network, in this process: its proxy

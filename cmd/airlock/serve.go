@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -113,6 +114,17 @@ func serveCmd(args []string) error {
 	}
 	if err := openStateDir(ctx, cfg.StateDir, backends, log); err != nil {
 		return err
+	}
+	// Every template of the image store (airlock template) is one of the
+	// server's too, with base's limits.
+	images, err := image.Open(filepath.Join(cfg.StateDir, "images"), image.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	for _, t := range mcfg.Templates {
+		if t.Name == "base" {
+			mcfg.Source = config.Images{Store: images, Base: t.Policy}
+		}
 	}
 	// Older than any sandbox takes between making its cgroup and starting.
 	cgroups.SweepOrphans(2 * backend.SetupTimeout)

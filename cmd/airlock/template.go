@@ -9,12 +9,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 
 	"github.com/airlock-sandbox/airlock/internal/image"
-	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -126,20 +124,5 @@ func templateCmd(args []string) error {
 		return err
 	}
 	fmt.Printf("%s: %d layers, %s\n", img.Name, len(img.Layers), policy.FormatSize(img.Size))
-	return nil
-}
-
-// templatePolicy makes p a policy for sandboxes of img: its layers as the
-// root, its environment and working directory under what p sets itself.
-func templatePolicy(store *image.Store, img *image.Image, p *policy.Policy, workdirSet bool) error {
-	dirs, err := store.LayerDirs(img)
-	if err != nil {
-		return err
-	}
-	p.RootLayers = dirs
-	p.Env = layout.MergeEnv(img.Config.Env, p.Env)
-	if !workdirSet && img.Config.WorkingDir != "" && strings.HasPrefix(img.Config.WorkingDir, "/") {
-		p.Workdir = img.Config.WorkingDir
-	}
 	return nil
 }

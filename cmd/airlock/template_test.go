@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +133,27 @@ func TestTemplateBadInput(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d %q, want 2 and %q", tc.args, r.code, r.stderr, tc.want)
 		}
+	}
+}
+
+// A template of the image store is a template of airlock serve: E2B's
+// Sandbox.create(name).
+func TestServeTemplate(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	state := t.TempDir()
+	s := startServe(t, state, "--pool-size", "0")
+	defer s.stop(t)
+	importImage(t, state, "bb", busybox(t, imagetest.Entry{Name: "srv/hello", Body: "hello from a layer\n"}))
+	code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "bb"}, map[string]string{"X-API-KEY": s.key})
+	if code != 201 {
+		t.Fatalf("create from the template: %d %s", code, body)
+	}
+	var c created
+	json.Unmarshal(body, &c)
+	if out := s.run(t, c, "cat /srv/hello; echo $GREETING; test -e /usr || echo no-host-usr"); out != "hello from a layer\nfrom the image\nno-host-usr\n" {
+		t.Errorf("in a sandbox of the template: %q", out)
+	}
+	if code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "nope"}, map[string]string{"X-API-KEY": s.key}); code != 400 || !strings.Contains(string(body), "nope") {
+		t.Errorf("an unknown template: %d %s", code, body)
 	}
 }

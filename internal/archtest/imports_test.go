@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"internal/nettest":   {},
 
 	// Images templates are made of: a store on the host, for the daemon.
-	"internal/image":           {},
+	"internal/image":           {"internal/layout", "internal/policy"},
 	"internal/image/imagetest": {},
 
 	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},

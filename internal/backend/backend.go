@@ -102,6 +102,10 @@ type Result struct {
 	MaxMemoryBytes  int64
 }
 
+// ErrUnsupported: the backend cannot build what the policy asks for; the
+// message says what. It is the request's doing, not a failure.
+var ErrUnsupported = errors.New("not supported by this backend")
+
 // SetupTimeout bounds how long building a sandbox may take, from its
 // cgroup's creation to its first process running: a cleanup may take an
 // empty sandbox cgroup older than twice this for an orphan.

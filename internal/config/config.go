@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -212,6 +213,29 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 		mc.Templates = append(mc.Templates, t)
 	}
 	return mc, nil
+}
+
+// Images makes the templates of an image store: each image is a template
+// of its name, with the limits of base.
+type Images struct {
+	Store *image.Store
+	Base  policy.Policy
+}
+
+// Template returns the template of the image called name.
+func (s Images) Template(name string) (sandbox.Template, error) {
+	img, err := s.Store.Get(name)
+	if errors.Is(err, image.ErrNotFound) || image.CheckName(name) != nil {
+		return sandbox.Template{}, fmt.Errorf("%w %q", sandbox.ErrUnknownTemplate, name)
+	}
+	if err != nil {
+		return sandbox.Template{}, err
+	}
+	p := s.Base
+	if err := s.Store.Apply(img, &p, false); err != nil {
+		return sandbox.Template{}, err
+	}
+	return sandbox.Template{Name: name, Policy: p}, nil
 }
 
 // APIKey returns the key clients must present: AIRLOCK_API_KEY if set,

@@ -21,9 +21,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
+	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/airlock-sandbox/airlock/internal/layout"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // Image is an image in the store, as a template uses it.
@@ -107,7 +110,7 @@ func (s *Store) Import(ctx context.Context, path, imageName string) (*Image, err
 	}
 	var img v1.Image
 	if fi.IsDir() {
-		idx, err := layout.ImageIndexFromPath(path)
+		idx, err := ocilayout.ImageIndexFromPath(path)
 		if err != nil {
 			return nil, fmt.Errorf("%s is not an OCI image layout: %v", path, err)
 		}
@@ -232,6 +235,22 @@ func (s *Store) LayerDirs(img *Image) ([]string, error) {
 		dirs = append(dirs, d)
 	}
 	return dirs, nil
+}
+
+// Apply makes p a policy for sandboxes of img: its layers as the root,
+// its environment under p's own, its working directory unless
+// keepWorkdir.
+func (s *Store) Apply(img *Image, p *policy.Policy, keepWorkdir bool) error {
+	dirs, err := s.LayerDirs(img)
+	if err != nil {
+		return err
+	}
+	p.RootLayers = dirs
+	p.Env = layout.MergeEnv(img.Config.Env, p.Env)
+	if !keepWorkdir && strings.HasPrefix(img.Config.WorkingDir, "/") {
+		p.Workdir = filepath.Clean(img.Config.WorkingDir)
+	}
+	return nil
 }
 
 func (s *Store) imagePath(n string) string { return filepath.Join(s.dir, "images", n+".json") }

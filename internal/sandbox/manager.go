@@ -69,6 +69,15 @@ type Config struct {
 	// Network makes the networks of sandboxes that ask for one; nil:
 	// such requests are refused.
 	Network Network
+	// Source finds the templates Templates does not name (the image
+	// store's); nil: only those.
+	Source TemplateSource
+}
+
+// TemplateSource finds templates by name; an unknown one is
+// ErrUnknownTemplate.
+type TemplateSource interface {
+	Template(name string) (Template, error)
 }
 
 // Errors the API maps to statuses.
@@ -330,15 +339,26 @@ func (l Limits) apply(t policy.Policy) (policy.Policy, bool, error) {
 // the pool when there is one, else one started now.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	start := time.Now()
+	// A configured template has a pool; one of the image store is
+	// started for the request.
+	var tmpl *Template
 	p, ok := m.pools[req.TemplateID]
-	if !ok {
+	if ok {
+		tmpl = &p.tmpl
+	} else if m.cfg.Source != nil {
+		t, err := m.cfg.Source.Template(req.TemplateID)
+		if err != nil {
+			return nil, err
+		}
+		tmpl = &t
+	} else {
 		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, req.TemplateID)
 	}
 	ttl, err := m.ttl(req.TTL)
 	if err != nil {
 		return nil, err
 	}
-	pol, custom, err := req.Limits.apply(p.tmpl.Policy)
+	pol, custom, err := req.Limits.apply(tmpl.Policy)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +387,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		m.mu.Unlock()
 		m.creating.Done()
 	}()
-	backend := m.backendOf(&p.tmpl)
+	be := m.backendOf(tmpl)
 	if req.Backend != "" {
 		if !m.cfg.AllowRequestBackend {
 			return nil, fmt.Errorf("%w: this server does not let a request choose its backend", ErrInvalid)
@@ -376,7 +396,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		if !ok {
 			return nil, fmt.Errorf("%w: unknown backend %q", ErrInvalid, req.Backend)
 		}
-		backend = b
+		be = b
 	}
 	id := newSandboxID()
 	var inst Instance
@@ -384,17 +404,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	pooled := false
 	// The pool holds sandboxes of the template's own backend and limits,
 	// without a network.
-	if backend == m.backendOf(&p.tmpl) && !custom && !networked {
+	if p != nil && be == m.backendOf(tmpl) && !custom && !networked {
 		inst, pooled = p.claim()
 	}
 	if inst == nil {
 		if networked {
-			inst, netAtt, err = m.startNetworked(ctx, backend, id, pol)
+			inst, netAtt, err = m.startNetworked(ctx, be, id, pol)
 		} else {
-			inst, err = backend.Start(ctx, pol, nil)
+			inst, err = be.Start(ctx, pol, nil)
 		}
 		if errors.Is(err, ErrInvalid) {
 			return nil, err
+		}
+		if errors.Is(err, backend.ErrUnsupported) {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		if err != nil {
 			m.metrics.createFailures.Add(1)

@@ -51,6 +51,9 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 	if err := backend.CheckNetNS(&p, netns); err != nil {
 		return nil, err
 	}
+	if len(p.RootLayers) > 0 {
+		return nil, fmt.Errorf("%w: templates made from images run on the namespaces backend, not yet on gVisor", backend.ErrUnsupported)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

@@ -60,6 +60,9 @@ var ErrNotRoot = errors.New("the gvisor backend needs root (runsc runs as root)"
 
 // Check reports whether spec can run, without starting anything.
 func (b *Backend) Check(spec *backend.Spec) error {
+	if len(spec.Policy.RootLayers) > 0 {
+		return fmt.Errorf("%w: templates made from images run on the namespaces backend, not yet on gVisor", backend.ErrUnsupported)
+	}
 	if err := backend.CheckSpec(spec); err != nil {
 		return err
 	}

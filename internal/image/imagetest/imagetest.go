@@ -72,6 +72,8 @@ func BusyboxImage(env []string, workdir string, top ...v1.Layer) (v1.Image, erro
 		{Name: "bin/", Type: tar.TypeDir}, {Name: "etc/", Type: tar.TypeDir}, {Name: "root/", Type: tar.TypeDir, Mode: 0o700},
 		{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777}, {Name: "srv/", Type: tar.TypeDir},
 		{Name: "bin/busybox", Body: string(bin), Mode: 0o755},
+		// The E2B SDK runs every command as bash -l -c: busybox's sh serves.
+		{Name: "bin/bash", Body: "#!/bin/sh\nexec /bin/sh \"$@\"\n", Mode: 0o755},
 		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\n"},
 		{Name: "etc/group", Body: "root:x:0:\n"},
 	}
