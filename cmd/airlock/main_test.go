@@ -85,6 +85,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run"}, "nothing to run"},
 		{[]string{"run", "--code", "print(1)", "--", "true"}, "not both"},
 		{[]string{"run", "--net", "wifi", "--", "true"}, "--net must be none or internet"},
+		{[]string{"run", "--user", "root", "--", "true"}, "--user root needs --template"},
+		{[]string{"run", "--user", "bob", "--", "true"}, "--user must be user or root"},
 		{[]string{"run", "--deny-out", "203.0.113.7", "--", "true"}, "--deny-out needs a network"},
 		{[]string{"run", "--net", "none", "--allow-out", "example.com", "--", "true"}, "--net none takes no"},
 		{[]string{"run", "--allow-out", "::/0", "--", "true"}, "IPv6"},

@@ -83,6 +83,7 @@ type runFlags struct {
 	allow, deny   listFlag
 	dns           listFlag
 	template      string
+	user          string
 	stateDir      string
 	workdirSet    bool
 }
@@ -112,6 +113,7 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.Var(&f.allow, "allow-out", "CIDR, IP, domain or *.domain the sandbox may reach (repeatable; without --net internet, nothing else)")
 	fs.Var(&f.deny, "deny-out", "CIDR, IP, domain or *.domain the sandbox may not reach (repeatable)")
 	fs.StringVar(&f.template, "template", "", "template to run in (airlock template list); default: the host's /usr, read-only")
+	fs.StringVar(&f.user, "user", "user", "who runs the command: user, or root (of the sandbox; with --template)")
 	stateDir := stateDirFlag(fs)
 	fs.Var(&f.dns, "dns", "upstream DNS server for the sandbox's resolver, IP[:PORT] (repeatable; default: the host's /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
@@ -277,6 +279,16 @@ func runCmd(args []string) error {
 		b = gvisor.New(runsc, gvisor.DefaultStateDir, slog.New(slog.DiscardHandler))
 	default:
 		return usageError{fmt.Sprintf("unknown backend %q (namespaces or gvisor)", f.backend)}
+	}
+	switch f.user {
+	case "user":
+	case "root":
+		if f.template == "" {
+			return usageError{"--user root needs --template: sandboxes of the host's view have only user"}
+		}
+		f.policy.Root = true
+	default:
+		return usageError{fmt.Sprintf("--user must be user or root, got %q", f.user)}
 	}
 	if f.template != "" {
 		if err := f.useTemplate(); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -127,9 +128,18 @@ func sandboxHeaders(c created, token string) map[string]string {
 // an error.
 func (s *server) run(t *testing.T, c created, script string) string {
 	t.Helper()
+	return s.runAs(t, c, "", script)
+}
+
+// runAs is run as user ("": the default), as envd names it.
+func (s *server) runAs(t *testing.T, c created, user, script string) string {
+	t.Helper()
 	hdr := http.Header{}
 	for k, v := range sandboxHeaders(c, c.EnvdAccessToken) {
 		hdr.Set(k, v)
+	}
+	if user != "" {
+		hdr.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	}
 	agent := &agentproto.Client{Transport: s.client.Transport, URL: s.url, Header: hdr}
 	if agent.Transport == nil {

@@ -77,6 +77,11 @@ func TestRunTemplate(t *testing.T) {
 	if !strings.Contains(r.stdout, "No space left") {
 		t.Errorf("8 MB in a 2 MB writable layer: %q %s", r.stdout, r.stderr)
 	}
+	// Root of the sandbox, which on the host is one of its own ids.
+	r = run("--user", "root", "--", "/bin/sh", "-c", "id -u; touch /etc/root-only && echo wrote; cat /proc/self/uid_map")
+	if f := strings.Fields(r.stdout); r.code != 0 || len(f) != 5 || f[0] != "0" || f[1] != "wrote" || f[2] != "0" || f[3] < "1073741824" || f[4] != "65536" {
+		t.Errorf("--user root: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
 	if r := airlock(t, "", "run", "--state-dir", state, "--template", "nope", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, `no template "nope"`) {
 		t.Errorf("an unknown template: exit %d %q", r.code, r.stderr)
 	}
@@ -152,6 +157,13 @@ func TestServeTemplate(t *testing.T) {
 	json.Unmarshal(body, &c)
 	if out := s.run(t, c, "cat /srv/hello; echo $GREETING; test -e /usr || echo no-host-usr"); out != "hello from a layer\nfrom the image\nno-host-usr\n" {
 		t.Errorf("in a sandbox of the template: %q", out)
+	}
+	// Root and the user, as E2B's templates have them.
+	if out := s.runAs(t, c, "root", "id -u; echo configured > /etc/app.conf; mkdir /opt && chown user /opt && ls -ld /opt | cut -c1-10"); out != "0\ndrwxr-xr-x\n" {
+		t.Errorf("as root: %q", out)
+	}
+	if out := s.runAs(t, c, "user", "id -u; cat /etc/app.conf; touch /etc/nope 2>/dev/null || echo refused; touch /opt/mine && stat -c %u /opt/mine"); out != "1000\nconfigured\nrefused\n1000\n" {
+		t.Errorf("as the user: %q", out)
 	}
 	if code, body := s.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "nope"}, map[string]string{"X-API-KEY": s.key}); code != 400 || !strings.Contains(string(body), "nope") {
 		t.Errorf("an unknown template: %d %s", code, body)

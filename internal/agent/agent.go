@@ -24,6 +24,7 @@ import (
 type Agent struct {
 	log  *slog.Logger
 	home string
+	root bool // the agent runs as the sandbox's root: requests may ask for "root"
 
 	envMu sync.Mutex
 	base  []string          // the agent's own environment (PATH, LANG …)
@@ -182,6 +183,9 @@ func Main() error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	a := New(log, home)
+	// Started as the sandbox's root (a template made from an image), it
+	// acts for "root" and, as the kernel sees them, for "user".
+	a.root = os.Geteuid() == 0
 	// A template that serves code starts its kernel now, in the pool.
 	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
 		go func() {

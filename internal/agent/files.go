@@ -31,7 +31,8 @@ func httpError(w http.ResponseWriter, e *agentproto.Error) {
 
 // getFile streams a file of the sandbox; it is never held in memory.
 func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
-	if err := a.checkUser(r); err != nil {
+	id, err := a.who(r)
+	if err != nil {
 		httpError(w, asError(err))
 		return
 	}
@@ -40,8 +41,9 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 		httpError(w, errorf(agentproto.CodeInvalidArgument, "no path given"))
 		return
 	}
-	p := a.resolve(path)
-	f, err := os.Open(p)
+	p := a.resolveAs(id, path)
+	var f *os.File
+	err = a.as(id, func() (err error) { f, err = os.Open(p); return err })
 	if err != nil {
 		httpError(w, fsError(p, err))
 		return
@@ -74,7 +76,8 @@ type writtenFile struct {
 // "file" part per file, named by the query's path or by the part's file
 // name) or a raw body (application/octet-stream, gzip allowed).
 func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
-	if err := a.checkUser(r); err != nil {
+	id, err := a.who(r)
+	if err != nil {
 		httpError(w, asError(err))
 		return
 	}
@@ -107,7 +110,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 				_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 				dest = params["filename"]
 			}
-			wf, e := a.writeFile(dest, part)
+			wf, e := a.writeFile(id, dest, part)
 			if e != nil {
 				httpError(w, e)
 				return
@@ -125,7 +128,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 			defer gz.Close()
 			body = gz
 		}
-		wf, e := a.writeFile(query, body)
+		wf, e := a.writeFile(id, query, body)
 		if e != nil {
 			httpError(w, e)
 			return
@@ -143,24 +146,33 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(written)
 }
 
-func (a *Agent) writeFile(dest string, body io.Reader) (writtenFile, *agentproto.Error) {
+func (a *Agent) writeFile(id identity, dest string, body io.Reader) (writtenFile, *agentproto.Error) {
 	if dest == "" {
 		return writtenFile{}, errorf(agentproto.CodeInvalidArgument, "no path given for the file")
 	}
-	p := a.resolve(dest)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return writtenFile{}, fsError(filepath.Dir(p), err)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return writtenFile{}, fsError(p, err)
-	}
-	_, err = io.Copy(f, body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return writtenFile{}, fsError(p, err)
+	p := a.resolveAs(id, dest)
+	var fail *agentproto.Error
+	a.as(id, func() error {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			fail = fsError(filepath.Dir(p), err)
+			return nil
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			fail = fsError(p, err)
+			return nil
+		}
+		_, err = io.Copy(f, body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			fail = fsError(p, err)
+		}
+		return nil
+	})
+	if fail != nil {
+		return writtenFile{}, fail
 	}
 	return writtenFile{Name: filepath.Base(p), Type: "file", Path: p}, nil
 }

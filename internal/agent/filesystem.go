@@ -132,28 +132,37 @@ func statEntry(path string) (*agentproto.EntryInfo, error) {
 }
 
 func (a *Agent) fsStat(ctx context.Context, r *http.Request, req *pathRequest) (*entryResponse, error) {
-	e, err := statEntry(a.resolve(req.Path))
+	id, err := a.who(r)
 	if err != nil {
+		return nil, err
+	}
+	var e *agentproto.EntryInfo
+	if err := a.as(id, func() (err error) { e, err = statEntry(a.resolveAs(id, req.Path)); return err }); err != nil {
 		return nil, err
 	}
 	return &entryResponse{Entry: e}, nil
 }
 
 func (a *Agent) fsMakeDir(ctx context.Context, r *http.Request, req *pathRequest) (*entryResponse, error) {
-	if err := a.checkUser(r); err != nil {
+	id, err := a.who(r)
+	if err != nil {
 		return nil, err
 	}
-	p := a.resolve(req.Path)
-	if fi, err := os.Stat(p); err == nil {
-		if fi.IsDir() {
-			return nil, errorf(agentproto.CodeAlreadyExists, "directory '%s' already exists", p)
+	p := a.resolveAs(id, req.Path)
+	var e *agentproto.EntryInfo
+	err = a.as(id, func() error {
+		if fi, err := os.Stat(p); err == nil {
+			if fi.IsDir() {
+				return errorf(agentproto.CodeAlreadyExists, "directory '%s' already exists", p)
+			}
+			return errorf(agentproto.CodeInvalidArgument, "path '%s' already exists and is not a directory", p)
 		}
-		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' already exists and is not a directory", p)
-	}
-	if err := os.MkdirAll(p, 0o755); err != nil {
-		return nil, fsError(p, err)
-	}
-	e, err := statEntry(p)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fsError(p, err)
+		}
+		e, err = statEntry(p)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -161,20 +170,25 @@ func (a *Agent) fsMakeDir(ctx context.Context, r *http.Request, req *pathRequest
 }
 
 func (a *Agent) fsMove(ctx context.Context, r *http.Request, req *moveRequest) (*entryResponse, error) {
-	if err := a.checkUser(r); err != nil {
+	id, err := a.who(r)
+	if err != nil {
 		return nil, err
 	}
-	src, dst := a.resolve(req.Source), a.resolve(req.Destination)
-	if _, err := os.Lstat(src); err != nil {
-		return nil, fsError(src, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return nil, fsError(filepath.Dir(dst), err)
-	}
-	if err := os.Rename(src, dst); err != nil {
-		return nil, fsError(dst, err)
-	}
-	e, err := statEntry(dst)
+	src, dst := a.resolveAs(id, req.Source), a.resolveAs(id, req.Destination)
+	var e *agentproto.EntryInfo
+	err = a.as(id, func() error {
+		if _, err := os.Lstat(src); err != nil {
+			return fsError(src, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fsError(filepath.Dir(dst), err)
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return fsError(dst, err)
+		}
+		e, err = statEntry(dst)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -182,15 +196,22 @@ func (a *Agent) fsMove(ctx context.Context, r *http.Request, req *moveRequest) (
 }
 
 func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest) (*empty, error) {
-	if err := a.checkUser(r); err != nil {
+	id, err := a.who(r)
+	if err != nil {
 		return nil, err
 	}
-	p := a.resolve(req.Path)
-	if _, err := os.Lstat(p); err != nil {
-		return nil, fsError(p, err)
-	}
-	if err := os.RemoveAll(p); err != nil {
-		return nil, fsError(p, err)
+	p := a.resolveAs(id, req.Path)
+	err = a.as(id, func() error {
+		if _, err := os.Lstat(p); err != nil {
+			return fsError(p, err)
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return fsError(p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &empty{}, nil
 }
@@ -200,7 +221,16 @@ func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest)
 const maxListEntries = 100_000
 
 func (a *Agent) fsListDir(ctx context.Context, r *http.Request, req *agentproto.ListDirRequest) (*agentproto.ListDirResponse, error) {
-	root := a.resolve(req.Path)
+	id, err := a.who(r)
+	if err != nil {
+		return nil, err
+	}
+	var resp *agentproto.ListDirResponse
+	err = a.as(id, func() (err error) { resp, err = a.listDir(ctx, a.resolveAs(id, req.Path), req); return err })
+	return resp, err
+}
+
+func (a *Agent) listDir(ctx context.Context, root string, req *agentproto.ListDirRequest) (*agentproto.ListDirResponse, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fsError(root, err)

@@ -72,7 +72,8 @@ func jsonError(w http.ResponseWriter, status int, format string, args ...any) {
 // startKernel starts c's kernel. Caller holds c.mu.
 func (in *interpreter) startKernel(ctx context.Context, c *codeContext) error {
 	env := in.a.env(kernelEnv)
-	k, err := jupyter.Start(ctx, c.Language, c.Cwd, env)
+	// Kernels run as the sandbox user, whoever the agent is.
+	k, err := jupyter.Start(ctx, c.Language, c.Cwd, env, in.a.credential(in.a.userIdentity()))
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -113,22 +112,22 @@ func (p *process) publish(ev *agentproto.ProcessEvent) {
 	}
 }
 
-// start launches cfg as the sandbox user and registers it.
-func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duration) (*process, chan *agentproto.ProcessEvent, error) {
+// start launches cfg as id and registers it.
+func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duration, id identity) (*process, chan *agentproto.ProcessEvent, error) {
 	cfg := req.Process
 	if cfg == nil || cfg.Cmd == "" {
 		return nil, nil, errorf(agentproto.CodeInvalidArgument, "no command")
 	}
-	cwd := t.a.home
+	cwd := id.home
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		cwd = t.a.resolve(*cfg.Cwd)
+		cwd = t.a.resolveAs(id, *cfg.Cwd)
 	}
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return nil, nil, errorf(agentproto.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
 	}
 	cmd := exec.Command(cfg.Cmd, cfg.Args...)
 	cmd.Dir = cwd
-	cmd.Env = t.a.env(cfg.Envs)
+	cmd.Env = t.a.envFor(id, cfg.Envs)
 	p := &process{
 		info: processInfo{Config: cfg, Tag: req.Tag},
 		cmd:  cmd,
@@ -175,6 +174,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 		// Its own process group, so that a signal reaches what it started.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
+	cmd.SysProcAttr.Credential = t.a.credential(id)
 	sub, _ := p.subscribe() // cannot fail: p has not started
 	if err := cmd.Start(); err != nil {
 		closeFiles(outputs)
@@ -316,14 +316,15 @@ func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *ag
 }
 
 func (a *Agent) processStart(ctx context.Context, r *http.Request, req *agentproto.StartRequest, s *stream[agentproto.StartResponse]) error {
-	if err := a.checkUser(r); err != nil {
+	id, err := a.who(r)
+	if err != nil {
 		return err
 	}
 	var deadline time.Duration
 	if d, ok := ctx.Deadline(); ok {
 		deadline = time.Until(d)
 	}
-	p, sub, err := a.procs.start(req, deadline)
+	p, sub, err := a.procs.start(req, deadline, id)
 	if err != nil {
 		return err
 	}
@@ -483,13 +484,4 @@ func userFromRequest(r *http.Request) string {
 	return r.URL.Query().Get("username")
 }
 
-// checkUser refuses any user but the sandbox's own: everything in an
-// Airlock sandbox runs as "user", and saying otherwise would be a lie.
-func (a *Agent) checkUser(r *http.Request) error {
-	switch u := userFromRequest(r); u {
-	case "", "user":
-		return nil
-	default:
-		return errorf(agentproto.CodePermissionDenied, "user %q is not available: commands in an Airlock sandbox run as \"user\"", strings.TrimSpace(u))
-	}
-}
+

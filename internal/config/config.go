@@ -216,7 +216,7 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 }
 
 // Images makes the templates of an image store: each image is a template
-// of its name, with the limits of base.
+// of its name, with the limits of base and root inside.
 type Images struct {
 	Store *image.Store
 	Base  policy.Policy
@@ -235,6 +235,9 @@ func (s Images) Template(name string) (sandbox.Template, error) {
 	if err := s.Store.Apply(img, &p, false); err != nil {
 		return sandbox.Template{}, err
 	}
+	// Its agent runs as the sandbox's root, so that commands and files
+	// may be root's or the user's, as E2B's templates have both.
+	p.Root = true
 	return sandbox.Template{Name: name, Policy: p}, nil
 }
 

@@ -28,6 +28,10 @@ type Policy struct {
 	// a writable layer of DiskBytes. Unset: the host's view (its /usr,
 	// read-only, and a few /etc entries).
 	RootLayers []string
+	// Root: the sandbox's first process runs as its root, uid 0 of its
+	// own user namespace with a container's default capabilities there
+	// (never the host's), rather than as "user". Only with RootLayers.
+	Root bool
 }
 
 // Mount makes a host path visible inside the sandbox.
@@ -93,6 +97,9 @@ func (p *Policy) Validate() error {
 		if !path.IsAbs(l) || path.Clean(l) != l {
 			return fmt.Errorf("image layer %q is not a clean absolute path", l)
 		}
+	}
+	if p.Root && len(p.RootLayers) == 0 {
+		return errors.New("root inside is for sandboxes of templates made from images")
 	}
 	if err := checkSandboxPath("workdir", p.Workdir); err != nil {
 		return err

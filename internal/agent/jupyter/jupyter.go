@@ -104,9 +104,10 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Start launches a kernel for language in cwd with env and waits until it
-// answers (kernel_info_reply, and an iopub message for it).
-func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, error) {
+// Start launches a kernel for language in cwd with env, as cred (nil: as
+// this process), and waits until it answers (kernel_info_reply, and an
+// iopub message for it).
+func Start(ctx context.Context, language, cwd string, env []string, cred *syscall.Credential) (*Kernel, error) {
 	spec, err := FindSpec(language)
 	if err != nil {
 		return nil, err
@@ -132,6 +133,16 @@ func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, er
 		k.cleanup()
 		return nil, err
 	}
+	// The kernel reads its connection file and makes its sockets in its
+	// directory: both are its own.
+	if cred != nil {
+		for _, p := range []string{k.dir, connFile} {
+			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+				k.cleanup()
+				return nil, err
+			}
+		}
+	}
 	argv := make([]string, len(spec.Argv))
 	for i, a := range spec.Argv {
 		argv[i] = strings.ReplaceAll(a, "{connection_file}", connFile)
@@ -144,7 +155,7 @@ func Start(ctx context.Context, language, cwd string, env []string) (*Kernel, er
 	}
 	// Its own process group: an interrupt (SIGINT) reaches the kernel and
 	// what it runs, nothing else.
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if err := k.cmd.Start(); err != nil {
 		k.cleanup()
 		return nil, fmt.Errorf("start kernel: %w", err)

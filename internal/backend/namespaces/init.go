@@ -59,6 +59,9 @@ type initConfig struct {
 	// follows the mount trees, once this process's user namespace exists
 	// (see layers.go); 0: the sandbox's root is the host's view.
 	Layers int
+	// Root: the command runs as the sandbox's root, with the capabilities
+	// of rootCaps inside its user namespace (only for an image's root).
+	Root bool
 	// Networked: init was started in a network namespace the host made
 	// and configured (package netpolicy), loopback included, and owns
 	// none of it; otherwise its namespace is new and has only loopback.
@@ -148,7 +151,11 @@ func setup() (int, error) {
 	}
 	// 5. Privileges: become uid/gid 1000 with no capabilities, then
 	// no_new_privs, Landlock and rlimits, on every thread of init too.
-	if err := dropPrivileges(); err != nil {
+	drop := dropPrivileges
+	if c.Root {
+		drop = keepRoot
+	}
+	if err := drop(); err != nil {
 		return 0, err
 	}
 	if err := os.Chdir(c.Workdir); err != nil {
@@ -348,6 +355,58 @@ func dropPrivileges() error {
 	// as they were: clear effective, permitted and inheritable explicitly.
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// rootCaps are what the root of a sandbox of an image keeps, in its own
+// user namespace only (on the host it is an unprivileged uid that owns
+// nothing): those of a container runtime's default, less MKNOD and
+// AUDIT_WRITE, which a user namespace cannot use.
+var rootCaps = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FSETID, unix.CAP_FOWNER, unix.CAP_SETGID,
+	unix.CAP_SETUID, unix.CAP_SETFCAP, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW,
+	unix.CAP_SYS_CHROOT, unix.CAP_KILL,
+}
+
+// keepRoot is dropPrivileges for a sandbox whose command runs as its
+// root: uid 0 of the sandbox's user namespace, every capability but
+// rootCaps dropped from every set for good (the bounding set, then the
+// others), none ambient, none to be raised. It may setuid to any of the
+// sandbox's own ids (its user's, to run their commands), which drops the
+// rest, as on any Linux box.
+func keepRoot() error {
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	keep := map[uintptr]bool{}
+	var mask [2]uint32
+	for _, c := range rootCaps {
+		keep[c] = true
+		mask[c/32] |= 1 << (c % 32)
+	}
+	const secure = 1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE, _LOCKED
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secure, 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c <= last; c++ {
+		if !keep[uintptr(c)] {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+				return fmt.Errorf("drop capability %d from bounding set: %w", c, err)
+			}
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if err := syscall.Setgroups([]int{0}); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{{Effective: mask[0], Permitted: mask[0]}, {Effective: mask[1], Permitted: mask[1]}}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
 	}

@@ -323,6 +323,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		Files:     spec.Files,
 		Networked: spec.NetNS != nil,
 		Layers:    len(p.RootLayers),
+		Root:      p.Root,
 	}
 	// Every file handed to init is closed here once init has started (or
 	// failed to); a second Close of the same file is harmless.
