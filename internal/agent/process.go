@@ -483,5 +483,3 @@ func userFromRequest(r *http.Request) string {
 	}
 	return r.URL.Query().Get("username")
 }
-
-
