@@ -85,8 +85,8 @@ test('background command, connect, list and kill', async () => {
 
     let seen = ''
     const again = await sbx.commands.connect(bg.pid, { onStdout: (d) => { seen += d } })
-    await sleep(300)
-    assert.match(seen, /tick \d+/)
+    for (let i = 0; i < 100 && !/tick \d+/.test(seen); i++) await sleep(50)
+    assert.match(seen, /tick \d+/, 'output after connect')
     assert.equal(await sbx.commands.kill(bg.pid), true)
     await assert.rejects(again.wait(), CommandExitError)
     assert.ok(!(await sbx.commands.list()).some((p) => p.pid === bg.pid), 'gone after kill')
