@@ -31,6 +31,7 @@ all: build
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
 	$(GO) build -trimpath -o $(NETLAB) ./tests/netlab
+	$(GO) build -trimpath -o bin/mkimage ./tests/mkimage
 
 # Installs only what is missing; needs root and Debian's apt.
 deps:

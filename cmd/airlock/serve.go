@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
@@ -121,9 +122,17 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	bcfg, buildPolicy, err := config.BuildSettings(&cfg)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	imagePool := 1
+	if cfg.TemplatePoolSize != nil {
+		imagePool = *cfg.TemplatePoolSize
+	}
 	for _, t := range mcfg.Templates {
 		if t.Name == "base" {
-			mcfg.Source = config.Images{Store: images, Base: t.Policy}
+			mcfg.Source = config.Images{Store: images, Base: t.Policy, PoolSize: imagePool, ReadyTimeout: time.Duration(bcfg.ReadyTimeout)}
 		}
 	}
 	// Older than any sandbox takes between making its cgroup and starting.
@@ -139,6 +148,23 @@ func serveCmd(args []string) error {
 		cfg.Domain = "localhost:" + port
 	}
 	api := httpapi.New(m, key, cfg.Domain, log)
+	// Builds run on the namespaces backend, which can read a sandbox's
+	// writable layer back; with the internet only where the host gives
+	// sandboxes networks.
+	if network == nil || network.unavailable != nil {
+		buildPolicy.Network = policy.Network{}
+	}
+	files, err := build.OpenFiles(filepath.Join(cfg.StateDir, "images", "uploads"), int64(bcfg.Upload))
+	if err != nil {
+		return err
+	}
+	nsBackend, _ := backends.get("namespaces")
+	builds := &build.Service{
+		Builder: &build.Builder{Store: images, Files: files, Host: buildHost{m, nsBackend}, Policy: buildPolicy,
+			ReadyTimeout: time.Duration(bcfg.ReadyTimeout)},
+		Log: log, Timeout: time.Duration(bcfg.Timeout), Parallel: bcfg.Parallel,
+	}
+	api.HandleTemplates(&httpapi.Templates{Builds: builds, Store: images, Files: files})
 	// MCP's streamable HTTP transport: a session's sandbox lives as long
 	// as the session, which ends when the client closes it or goes idle.
 	mcpServer := mcp.New(m, time.Duration(cfg.DefaultTimeout), log)
@@ -160,11 +186,22 @@ func serveCmd(args []string) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)
+	builds.Shutdown()
 	m.Shutdown()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// buildHost starts build sandboxes as the manager's private ones.
+type buildHost struct {
+	m *sandbox.Manager
+	b sandbox.Backend
+}
+
+func (h buildHost) StartBox(ctx context.Context, p policy.Policy) (build.Box, error) {
+	return h.m.StartPrivate(ctx, h.b, p)
 }
 
 // newNetwork makes the host side of sandboxes' networks and removes what

@@ -88,6 +88,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.FilesPath, a.postFile)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"setup", a.setup)
 	mux.HandleFunc("GET "+agentproto.SetupPath+"disk", a.disk)
+	mux.HandleFunc("POST "+agentproto.SetupPath+"untar", a.untar)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
 	mux.Handle(agentproto.StartProcedure, serverStream(a.processStart))

@@ -25,8 +25,9 @@ const module = "github.com/airlock-sandbox/airlock/"
 var allowed = map[string][]string{
 	"cmd/airlock": {"internal/agent", "internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
-		"internal/agentproto", "internal/netpolicy", "internal/image"},
-	"tests/netlab": {"internal/nettest"},
+		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
+	"tests/netlab":  {"internal/nettest"},
+	"tests/mkimage": {"internal/image/imagetest"},
 
 	"internal/policy":     {},
 	"internal/agentproto": {},
@@ -34,7 +35,7 @@ var allowed = map[string][]string{
 	"internal/layout":     {"internal/policy"},
 	"internal/backend":    {"internal/policy"},
 
-	"internal/backend/namespaces":  {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto"},
+	"internal/backend/namespaces":  {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer"},
 	"internal/backend/gvisor":      {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto"},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
@@ -48,12 +49,17 @@ var allowed = map[string][]string{
 	"internal/nettest":   {},
 
 	// Images templates are made of: a store on the host, for the daemon.
-	"internal/image":           {"internal/layout", "internal/policy"},
+	"internal/image": {"internal/layout", "internal/policy", "internal/ocilayer"},
+	// What a sandbox changed of its image's root, as a layer: a leaf.
+	"internal/ocilayer":        {},
 	"internal/image/imagetest": {},
 
-	"internal/sandbox":     {"internal/backend", "internal/policy", "internal/agentproto"},
-	"internal/config":      {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image"},
-	"internal/httpapi":     {"internal/sandbox", "internal/agentproto", "internal/policy"},
+	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto"},
+	"internal/config":  {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
+	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image"},
+	// Template builds: steps run through the agent of a sandbox the
+	// daemon starts, the result goes to the image store.
+	"internal/build":       {"internal/agentproto", "internal/image", "internal/layout", "internal/policy"},
 	"internal/mcp":         {"internal/sandbox", "internal/agentproto"},
 	"internal/airlocktest": {},
 	"internal/archtest":    {},

@@ -62,6 +62,15 @@ type Instance interface {
 	Resume(ctx context.Context) error
 }
 
+// RootExporter is an Instance whose writable root layer (policy
+// ExportRoot) the host can read back.
+type RootExporter interface {
+	// ExportRoot writes what the box changed of its image's root as an
+	// OCI layer (an uncompressed tar with whiteouts) to w. The box is
+	// paused meanwhile, where the host can pause it, and resumed after.
+	ExportRoot(ctx context.Context, w io.Writer) error
+}
+
 // Usage is what a box uses.
 type Usage struct {
 	Memory int64         // bytes in use now

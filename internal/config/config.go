@@ -4,6 +4,7 @@
 package config
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -43,6 +45,62 @@ type Config struct {
 	// (E2B's getHost); "" is localhost at the listening port.
 	Domain  string  `json:"domain"`
 	Network Network `json:"network"`
+	Builds  Builds  `json:"builds"`
+	// TemplatePoolSize is how many ready sandboxes a template made from
+	// an image with a start command keeps, once it was first asked for
+	// (default 1; 0: none).
+	TemplatePoolSize *int `json:"templatePoolSize"`
+}
+
+// Builds is how template builds run: each in a sandbox of its own.
+type Builds struct {
+	// Network: "internet" (the default; the always-denied addresses
+	// stay denied) or "none".
+	Network  string   `json:"network"`
+	Memory   Size     `json:"memory"`   // default 2G
+	Disk     Size     `json:"disk"`     // the writable layer; default 4G
+	Timeout  Duration `json:"timeout"`  // one build; default 1h
+	Parallel int      `json:"parallel"` // builds at once; default 2
+	Upload   Size     `json:"upload"`   // one COPY's files; default 1G
+	// ReadyTimeout bounds a start command's wait to be ready; default 60s.
+	ReadyTimeout Duration `json:"readyTimeout"`
+}
+
+// BuildSettings is the builds' configuration with its defaults filled
+// in, and the policy of build sandboxes (without their image).
+func BuildSettings(cfg *Config) (Builds, policy.Policy, error) {
+	b := cfg.Builds
+	def := func(v *Size, d int64) {
+		if *v == 0 {
+			*v = Size(d)
+		}
+	}
+	def(&b.Memory, 2<<30)
+	def(&b.Disk, 4<<30)
+	def(&b.Upload, 1<<30)
+	if b.Timeout == 0 {
+		b.Timeout = Duration(time.Hour)
+	}
+	if b.ReadyTimeout == 0 {
+		b.ReadyTimeout = Duration(time.Minute)
+	}
+	if b.Parallel == 0 {
+		b.Parallel = 2
+	}
+	p := policy.Default()
+	p.MemoryBytes, p.DiskBytes, p.Pids = int64(b.Memory), int64(b.Disk), 4096
+	switch b.Network {
+	case "", "internet":
+		b.Network = "internet"
+		p.Network = policy.Network{Mode: policy.NetInternet}
+	case "none":
+	default:
+		return b, p, fmt.Errorf("builds.network %q: internet or none", b.Network)
+	}
+	if b.Parallel < 0 || b.Timeout < 0 || b.ReadyTimeout < 0 {
+		return b, p, errors.New("builds: parallel and timeouts must not be negative")
+	}
+	return b, p, p.Validate()
 }
 
 // Network is what the server offers sandboxes that ask for a network.
@@ -216,14 +274,19 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 }
 
 // Images makes the templates of an image store: each image is a template
-// of its name, with the limits of base and root inside.
+// of its name, with the limits of base (or less, as the image asks) and
+// root inside. One with a start command keeps PoolSize sandboxes ready,
+// started and ready-checked, once it has been asked for.
 type Images struct {
-	Store *image.Store
-	Base  policy.Policy
+	Store        *image.Store
+	Base         policy.Policy
+	PoolSize     int
+	ReadyTimeout time.Duration
 }
 
 // Template returns the template of the image called name.
 func (s Images) Template(name string) (sandbox.Template, error) {
+	name = build.Normalize(name)
 	img, err := s.Store.Get(name)
 	if errors.Is(err, image.ErrNotFound) || image.CheckName(name) != nil {
 		return sandbox.Template{}, fmt.Errorf("%w %q", sandbox.ErrUnknownTemplate, name)
@@ -238,7 +301,25 @@ func (s Images) Template(name string) (sandbox.Template, error) {
 	// Its agent runs as the sandbox's root, so that commands and files
 	// may be root's or the user's, as E2B's templates have both.
 	p.Root = true
-	return sandbox.Template{Name: name, Policy: p}, nil
+	r := img.Resources
+	if r.CPUs > 0 {
+		p.CPUs = min(p.CPUs, r.CPUs)
+	}
+	if r.MemoryMB > 0 {
+		p.MemoryBytes = min(p.MemoryBytes, r.MemoryMB<<20)
+	}
+	if r.DiskMB > 0 {
+		p.DiskBytes = min(p.DiskBytes, r.DiskMB<<20)
+	}
+	t := sandbox.Template{Name: name, Policy: p, Version: img.Created.String() + strings.Join(img.Layers, ",")}
+	if img.Config.StartCmd != "" {
+		cfg := img.Config
+		t.PoolSize = s.PoolSize
+		t.Ready = func(ctx context.Context, c *agentproto.Client) error {
+			return build.Start(ctx, c, &cfg, s.ReadyTimeout, func(string, string) {})
+		}
+	}
+	return t, nil
 }
 
 // APIKey returns the key clients must present: AIRLOCK_API_KEY if set,

@@ -33,6 +33,8 @@ type Server struct {
 	mux    *http.ServeMux
 	proxy  *httputil.ReverseProxy // to agents
 	ports  *httputil.ReverseProxy // to the servers in sandboxes
+	// templates serves the build API (HandleTemplates); nil: none.
+	templates *Templates
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
@@ -124,6 +126,7 @@ func (s *Server) routes() {
 	api("GET /sandboxes/{id}/metrics", s.metrics)
 	api("POST /sandboxes/{id}/pause", s.pause)
 	api("PUT /sandboxes/{id}/network", s.updateNetwork)
+	api("GET /templates/{a}/{b}", s.templateGet)
 }
 
 // ServeHTTP routes sandbox traffic to the gateway: requests that carry

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,6 +39,19 @@ type Image struct {
 	Config  Config    `json:"config"`
 	Size    int64     `json:"size"` // bytes of file contents, unpacked
 	Created time.Time `json:"created"`
+	// BuildKey identifies the build that made the image (its base and
+	// steps): a build of the same key reuses it, unless forced.
+	BuildKey string `json:"buildKey,omitempty"`
+	// Resources its sandboxes ask for (E2B's cpuCount, memoryMB); zero:
+	// the server's defaults. They never exceed the server's own limits.
+	Resources Resources `json:"resources,omitzero"`
+}
+
+// Resources are what a template's sandboxes ask for.
+type Resources struct {
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memoryMB,omitempty"`
+	DiskMB   int64   `json:"diskMB,omitempty"`
 }
 
 // Config is what of an image's configuration a sandbox uses.
@@ -47,6 +61,10 @@ type Config struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// StartCmd runs in the background when a sandbox of the image
+	// starts, which is ready once ReadyCmd exits 0 (E2B's setStartCmd).
+	StartCmd string `json:"startCmd,omitempty"`
+	ReadyCmd string `json:"readyCmd,omitempty"`
 }
 
 // Store is an image store in a directory only host root reaches:
@@ -84,21 +102,15 @@ func CheckName(n string) error {
 // auth, when not nil, is the registry's credentials; otherwise the
 // default keychain ($DOCKER_CONFIG) is asked.
 func (s *Store) Pull(ctx context.Context, ref, imageName string, auth authn.Authenticator) (*Image, error) {
-	r, err := name.ParseReference(ref)
+	if err := CheckName(imageName); err != nil {
+		return nil, err
+	}
+	rec, err := s.Fetch(ctx, ref, auth)
 	if err != nil {
-		return nil, fmt.Errorf("image reference %q: %v", ref, err)
+		return nil, err
 	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})}
-	if auth != nil {
-		opts = append(opts, remote.WithAuth(auth))
-	} else {
-		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
-	}
-	img, err := remote.Image(r, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("pull %s: %w", ref, err)
-	}
-	return s.Put(ctx, imageName, ref, img)
+	rec.Name = imageName
+	return rec, s.Save(rec)
 }
 
 // Import stores the image of an archive as name: a `docker save` tar, or
@@ -134,6 +146,37 @@ func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image)
 	if err := CheckName(imageName); err != nil {
 		return nil, err
 	}
+	rec, err := s.Unpack(ctx, source, img)
+	if err != nil {
+		return nil, err
+	}
+	rec.Name = imageName
+	return rec, s.Save(rec)
+}
+
+// Fetch is Pull without a name: the image's layers are stored, and the
+// image is returned for a build to start from, recorded nowhere.
+func (s *Store) Fetch(ctx context.Context, ref string, auth authn.Authenticator) (*Image, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %v", ref, err)
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})}
+	if auth != nil {
+		opts = append(opts, remote.WithAuth(auth))
+	} else {
+		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	img, err := remote.Image(r, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	return s.Unpack(ctx, ref, img)
+}
+
+// Unpack stores the layers of img that the store lacks and returns its
+// record, without a name.
+func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("image configuration: %v", err)
@@ -149,7 +192,7 @@ func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image)
 	if len(layers) > s.limits.Layers {
 		return nil, refuse("the image has %d layers, more than %d", len(layers), s.limits.Layers)
 	}
-	rec := &Image{Name: imageName, Source: source, Digest: digest.String(), Created: time.Now().UTC(),
+	rec := &Image{Source: source, Digest: digest.String(), Created: time.Now().UTC(),
 		Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
 	for i, l := range layers {
@@ -167,12 +210,48 @@ func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image)
 		rec.Size += size
 		rec.Layers = append(rec.Layers, want.String())
 	}
-	data, _ := json.MarshalIndent(rec, "", "  ")
-	if err := writeAtomic(s.imagePath(imageName), data); err != nil {
-		return nil, err
-	}
 	return rec, nil
 }
+
+// Save records img under its name, replacing an image of that name.
+func (s *Store) Save(img *Image) error {
+	if err := CheckName(img.Name); err != nil {
+		return err
+	}
+	data, _ := json.MarshalIndent(img, "", "  ")
+	return writeAtomic(s.imagePath(img.Name), data)
+}
+
+// AddLayer stores the uncompressed layer tar r (a build's writable layer,
+// say) and returns its diff ID and size, with the checks and limits of
+// any image's layer; budget bounds its size too.
+func (s *Store) AddLayer(r io.Reader, budget int64) (diffID string, size int64, err error) {
+	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "layers"), ".new-")
+	if err != nil {
+		return "", 0, err
+	}
+	size, diffID, err = unpack(r, tmp, s.limits, min(budget, s.limits.ImageBytes))
+	if err != nil {
+		removeTree(tmp)
+		return "", 0, err
+	}
+	dir, err := s.layerDir(diffID)
+	if err == nil && dirExists(dir) {
+		removeTree(tmp) // the store has it already
+		return diffID, size, nil
+	}
+	if err == nil {
+		err = s.place(tmp, dir, size)
+	}
+	if err != nil {
+		removeTree(tmp)
+		return "", 0, err
+	}
+	return diffID, size, nil
+}
+
+// Limits are the store's.
+func (s *Store) Limits() Limits { return s.limits }
 
 // addLayer unpacks l unless the store has it. It is unpacked aside and
 // renamed into place, so that a layer in the store is always whole.
@@ -198,18 +277,27 @@ func (s *Store) addLayer(l v1.Layer, diffID string, budget int64) (int64, error)
 		err = refuse("the layer's content does not match its digest %s", diffID)
 	}
 	if err == nil {
-		err = os.WriteFile(dir+".size", []byte(fmt.Sprint(size)), 0o600)
-	}
-	if err == nil {
-		if err = os.Rename(tmp, dir); err != nil && dirExists(dir) {
-			err = nil // another process stored it meanwhile
-		}
+		err = s.place(tmp, dir, size)
 	}
 	if err != nil {
 		removeTree(tmp)
 		return 0, err
 	}
 	return size, nil
+}
+
+// place moves the unpacked layer tmp to its place dir in the store.
+func (s *Store) place(tmp, dir string, size int64) error {
+	if err := os.WriteFile(dir+".size", []byte(fmt.Sprint(size)), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil && !dirExists(dir) {
+		return err // else another process stored it meanwhile
+	}
+	if dirExists(tmp) {
+		removeTree(tmp)
+	}
+	return nil
 }
 
 func (s *Store) layerDir(diffID string) (string, error) {

@@ -32,6 +32,10 @@ type Policy struct {
 	// own user namespace with a container's default capabilities there
 	// (never the host's), rather than as "user". Only with RootLayers.
 	Root bool
+	// ExportRoot: the sandbox's writable layer can be read back by the
+	// host as an image layer (backend.RootExporter), as a template build
+	// does. Only with RootLayers.
+	ExportRoot bool
 }
 
 // Mount makes a host path visible inside the sandbox.
@@ -101,6 +105,9 @@ func (p *Policy) Validate() error {
 	if p.Root && len(p.RootLayers) == 0 {
 		return errors.New("root inside is for sandboxes of templates made from images")
 	}
+	if p.ExportRoot && len(p.RootLayers) == 0 {
+		return errors.New("only the writable layer of an image's root can be exported")
+	}
 	if err := checkSandboxPath("workdir", p.Workdir); err != nil {
 		return err
 	}
@@ -147,6 +154,10 @@ func checkSandboxPath(what, p string) error {
 	}
 	return nil
 }
+
+// CheckEnv reports whether kv is a KEY=VALUE environment entry a
+// sandbox can be given.
+func CheckEnv(kv string) error { return checkEnv(kv) }
 
 func checkEnv(kv string) error {
 	k, _, ok := strings.Cut(kv, "=")

@@ -42,6 +42,12 @@ type Template struct {
 	PoolSize int
 	// Backend isolates this template's sandboxes; nil: the manager's.
 	Backend Backend
+	// Ready, if set, readies a started sandbox before it is pooled or
+	// handed out (a template's start command and its ready check).
+	Ready func(ctx context.Context, agent *agentproto.Client) error
+	// Version tells apart what a Source returns for one name over time
+	// (an image rebuilt): a pool of another version is replaced.
+	Version string
 }
 
 // backend returns the backend of t's sandboxes.
@@ -228,6 +234,7 @@ type Manager struct {
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	pools     map[string]*pool
+	private   map[*Private]struct{} // boxes of the daemon's own (builds)
 	closed    bool
 	starting  int            // creates past the limit check, not yet registered
 	creating  sync.WaitGroup // the same creates, for Shutdown to wait for
@@ -243,14 +250,11 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
-		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{},
+		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, private: map[*Private]struct{}{},
 		ctx: ctx, cancel: cancel,
 	}
 	for _, t := range cfg.Templates {
-		p := &pool{m: m, tmpl: t, refill: make(chan struct{}, 1)}
-		m.pools[t.Name] = p
-		m.wg.Add(1)
-		go p.fill()
+		m.pools[t.Name] = m.newPool(t, false)
 	}
 	return m
 }
@@ -342,8 +346,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	// A configured template has a pool; one of the image store is
 	// started for the request.
 	var tmpl *Template
+	m.mu.Lock()
 	p, ok := m.pools[req.TemplateID]
-	if ok {
+	m.mu.Unlock()
+	if ok && !p.dynamic {
 		tmpl = &p.tmpl
 	} else if m.cfg.Source != nil {
 		t, err := m.cfg.Source.Template(req.TemplateID)
@@ -351,6 +357,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 			return nil, err
 		}
 		tmpl = &t
+		p = m.sourcePool(&t)
 	} else {
 		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, req.TemplateID)
 	}
@@ -425,7 +432,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		}
 		// As a pooled one: a create returns a sandbox whose agent
 		// answers, or an error, never one still starting.
-		if err := warm(ctx, inst); err != nil {
+		if err := prepare(ctx, tmpl, inst); err != nil {
 			m.discard(inst)
 			m.metrics.createFailures.Add(1)
 			return nil, fmt.Errorf("start sandbox: %w", err)
@@ -491,6 +498,28 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,
 		"ms", float64(time.Since(start).Microseconds())/1000)
 	return sb, nil
+}
+
+// IsConfigured reports whether name is one of the configured templates
+// (base, code-interpreter-v1), not one of the Source's.
+func (m *Manager) IsConfigured(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[name]
+	return ok && !p.dynamic
+}
+
+// TemplateExists reports whether a create of name would find its
+// template.
+func (m *Manager) TemplateExists(name string) bool {
+	if m.IsConfigured(name) {
+		return true
+	}
+	if m.cfg.Source == nil {
+		return false
+	}
+	_, err := m.cfg.Source.Template(name)
+	return err == nil
 }
 
 // discard kills inst, which was never handed out, and removes it in the
@@ -744,8 +773,16 @@ func (m *Manager) Shutdown() {
 		wg.Add(1)
 		go func() { defer wg.Done(); m.remove(sb, "killed at shutdown") }()
 	}
-	for _, p := range m.pools {
+	m.mu.Lock()
+	pools := slices.Collect(maps.Values(m.pools))
+	privates := slices.Collect(maps.Keys(m.private))
+	m.mu.Unlock()
+	for _, p := range pools {
 		p.drain()
+	}
+	for _, b := range privates {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.Close() }()
 	}
 	wg.Wait()
 	// A create under way finds the manager closed when it would register
@@ -761,8 +798,9 @@ func (m *Manager) Counts() (running map[string]int, pooled map[string]int) {
 	for _, sb := range m.sandboxes {
 		running[sb.TemplateID]++
 	}
+	pools := maps.Clone(m.pools)
 	m.mu.Unlock()
-	for name, p := range m.pools {
+	for name, p := range pools {
 		p.mu.Lock()
 		pooled[name] = len(p.ready)
 		p.mu.Unlock()

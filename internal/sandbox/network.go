@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -50,6 +52,15 @@ type netInstance struct {
 func (i netInstance) Wait() error {
 	err := i.Instance.Wait()
 	return errors.Join(err, i.net.Close())
+}
+
+// ExportRoot passes the export of a root (backend.RootExporter) through.
+func (i netInstance) ExportRoot(ctx context.Context, w io.Writer) error {
+	e, ok := i.Instance.(backend.RootExporter)
+	if !ok {
+		return errors.New("this backend cannot read back a sandbox's root")
+	}
+	return e.ExportRoot(ctx, w)
 }
 
 // startNetworked starts a sandbox of policy p in a network made for it.

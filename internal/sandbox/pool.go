@@ -2,9 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // pool keeps ready sandboxes of one template, agent up and answering, so
@@ -14,6 +18,11 @@ type pool struct {
 	m      *Manager
 	tmpl   Template
 	refill chan struct{}
+	// dynamic: the pool of a Source's template, made at its first create
+	// and replaced when the template changes.
+	dynamic bool
+	ctx     context.Context // ends when the pool is replaced or at Shutdown
+	cancel  context.CancelFunc
 
 	mu    sync.Mutex
 	ready []Instance
@@ -52,17 +61,21 @@ const idleEstimate = 16 << 20
 // manager shuts down.
 func (p *pool) fill() {
 	defer p.m.wg.Done()
+	if p.dynamic {
+		// Replaced, or shut down: what it holds is of no use now.
+		defer p.drain()
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		for p.wanted() && p.m.ctx.Err() == nil {
-			inst, err := p.m.backendOf(&p.tmpl).Start(p.m.ctx, p.tmpl.Policy, nil)
+		for p.wanted() && p.ctx.Err() == nil {
+			inst, err := p.m.backendOf(&p.tmpl).Start(p.ctx, p.tmpl.Policy, nil)
 			if err != nil {
 				p.m.log.Error("pool: start sandbox", "template", p.tmpl.Name, "err", err)
 				break // retry at the next tick, not in a tight loop
 			}
-			if err := warm(p.m.ctx, inst); err != nil {
-				p.m.log.Error("pool: agent not answering", "template", p.tmpl.Name, "err", err)
+			if err := prepare(p.ctx, &p.tmpl, inst); err != nil {
+				p.m.log.Error("pool: sandbox not ready", "template", p.tmpl.Name, "err", err)
 				p.m.discard(inst)
 				break
 			}
@@ -71,7 +84,7 @@ func (p *pool) fill() {
 			p.mu.Unlock()
 		}
 		select {
-		case <-p.m.ctx.Done():
+		case <-p.ctx.Done():
 			return
 		case <-p.refill:
 		case <-tick.C:
@@ -131,7 +144,10 @@ func (p *pool) drain() {
 // pooledMemory is what all pools' ready sandboxes use now, and the most
 // that one ready sandbox of pool q uses: what q's next is expected to use.
 func (m *Manager) pooledMemory(q *pool) (total, largest int64) {
-	for _, p := range m.pools {
+	m.mu.Lock()
+	pools := slices.Collect(maps.Values(m.pools))
+	m.mu.Unlock()
+	for _, p := range pools {
 		p.mu.Lock()
 		for _, inst := range p.ready {
 			used := int64(idleEstimate)
@@ -146,6 +162,52 @@ func (m *Manager) pooledMemory(q *pool) (total, largest int64) {
 		p.mu.Unlock()
 	}
 	return total, largest
+}
+
+// prepare makes a started sandbox of t ready to be handed out: its agent
+// answers, and its template's start command is ready.
+func prepare(ctx context.Context, t *Template, inst Instance) error {
+	if err := warm(ctx, inst); err != nil {
+		return err
+	}
+	if t.Ready == nil {
+		return nil
+	}
+	tr := agentTransport(inst)
+	defer tr.CloseIdleConnections()
+	return t.Ready(ctx, &agentproto.Client{Transport: tr})
+}
+
+// newPool starts the filler of a pool of t.
+func (m *Manager) newPool(t Template, dynamic bool) *pool {
+	ctx, cancel := context.WithCancel(m.ctx)
+	p := &pool{m: m, tmpl: t, refill: make(chan struct{}, 1), dynamic: dynamic, ctx: ctx, cancel: cancel}
+	m.wg.Add(1)
+	go p.fill()
+	return p
+}
+
+// sourcePool is the pool of the Source's template t, made now if t
+// wants one and replacing one of an older version; nil if t has none.
+func (m *Manager) sourcePool(t *Template) *pool {
+	if t.PoolSize <= 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	old := m.pools[t.Name]
+	if old != nil && old.tmpl.Version == t.Version {
+		return old
+	}
+	if old != nil {
+		old.cancel() // its filler drains it
+	}
+	p := m.newPool(*t, true)
+	m.pools[t.Name] = p
+	return p
 }
 
 // warm waits until the agent answers its health check, so that a claimed

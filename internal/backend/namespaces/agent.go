@@ -2,13 +2,16 @@ package namespaces
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -20,7 +23,10 @@ type agentSandbox struct {
 	socket string
 }
 
-var _ backend.Instance = (*agentSandbox)(nil)
+var (
+	_ backend.Instance     = (*agentSandbox)(nil)
+	_ backend.RootExporter = (*agentSandbox)(nil)
+)
 
 // Start starts a sandbox running the agent. The daemon creates the
 // listening socket and hands it to the agent as its fd 3, so the agent
@@ -96,6 +102,22 @@ func (s *agentSandbox) Wait() error {
 // Pause stops every process of the sandbox where it is (its cgroup's
 // freezer), until Resume.
 func (s *agentSandbox) Pause(ctx context.Context) error { return s.cg.Freeze(ctx, true) }
+
+// ExportRoot writes the sandbox's writable layer as an image layer, the
+// sandbox paused meanwhile so that what is read is one state of it.
+func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
+	if s.upper == nil {
+		return errors.New("the sandbox's root was not made to be exported")
+	}
+	// Reading a sandbox that runs is safe (WriteUpperLayer trusts nothing
+	// of it); pausing it, where the host has a freezer, makes what is
+	// read one state of it.
+	if s.cg.Freeze(ctx, true) == nil {
+		defer s.cg.Freeze(context.Background(), false)
+	}
+	// dev and proc are the mount points of what init attached there.
+	return ocilayer.WriteUpperLayer(w, s.upper, s.HostUID-layout.UID, []string{"dev", "proc"})
+}
 
 // Resume restarts a paused sandbox.
 func (s *agentSandbox) Resume(ctx context.Context) error { return s.cg.Freeze(ctx, false) }

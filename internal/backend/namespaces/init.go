@@ -62,6 +62,9 @@ type initConfig struct {
 	// Root: the command runs as the sandbox's root, with the capabilities
 	// of rootCaps inside its user namespace (only for an image's root).
 	Root bool
+	// ExportRoot: once the writable layer is mounted, init sends the host
+	// a descriptor of its directory on the layers' socket (layers.go).
+	ExportRoot bool
 	// Networked: init was started in a network namespace the host made
 	// and configured (package netpolicy), loopback included, and owns
 	// none of it; otherwise its namespace is new and has only loopback.
@@ -128,13 +131,19 @@ func setup() (int, error) {
 	// image's layers, which the host idmapped for this user namespace.
 	firstMount := firstExtraFD + c.CgroupFiles
 	var layers []int
+	layerSock := -1
 	if c.Layers > 0 {
+		layerSock = firstMount + len(c.Mounts)
 		var err error
-		if layers, err = receiveLayers(firstMount+len(c.Mounts), c.Layers); err != nil {
+		if layers, err = receiveLayers(layerSock, c.Layers); err != nil {
 			return 0, err
 		}
 	}
-	if err := buildRoot(c.RootDir, c, firstMount, layers); err != nil {
+	err = buildRoot(c.RootDir, c, firstMount, layers, layerSock)
+	if layerSock >= 0 {
+		unix.Close(layerSock)
+	}
+	if err != nil {
 		return 0, err
 	}
 	// 4. Network: a fresh namespace has only loopback, and it is down. A

@@ -61,7 +61,6 @@ func sendLayers(sock *os.File, pid int, dirs []string) error {
 
 // receiveLayers reads the n layer mounts the host sends on fd.
 func receiveLayers(fd, n int) ([]int, error) {
-	defer unix.Close(fd)
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(n*4))
 	_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -173,4 +172,43 @@ func (r *rootBuilder) appendMissing(rel, prefix, line string) {
 		data = append(data, '\n')
 	}
 	r.write(rel, append(data, line...), 0o644)
+}
+
+// sendUpper sends the host, on the layers' socket, a descriptor of the
+// writable layer's directory: a template build reads it back as a layer
+// once its steps ran (Sandbox.exportRoot). It is sent before the pivot,
+// while the directory still has a path here.
+func sendUpper(sock int, dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("writable layer: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Sendmsg(sock, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+		return fmt.Errorf("send the writable layer: %w", err)
+	}
+	return nil
+}
+
+// receiveUpper takes the descriptor sendUpper sent, which init sent
+// before it reported that the sandbox runs.
+func receiveUpper(sock *os.File) (*os.File, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+	if err != nil {
+		return nil, fmt.Errorf("receive the writable layer: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("receive the writable layer: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return nil, fmt.Errorf("receive the writable layer: %v", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "upper"), nil
 }

@@ -183,6 +183,7 @@ type Sandbox struct {
 	waitErr        error                // cmd.Wait's, valid once done is closed
 	done           chan struct{}        // closed when init has exited
 	exited         chan unix.WaitStatus // the command's status, as init reported it
+	upper          *os.File             // the writable layer's directory, for ExportRoot
 
 	waitOnce sync.Once
 	result   *backend.Result
@@ -265,6 +266,9 @@ func (s *Sandbox) Wait() (*backend.Result, error) {
 
 func (s *Sandbox) finish() (*backend.Result, error) {
 	<-s.done
+	if s.upper != nil {
+		s.upper.Close() // it holds the sandbox's tmpfs
+	}
 	res := &backend.Result{Duration: time.Since(s.started)}
 	var errs []error
 	if s.waitErr != nil && !errors.As(s.waitErr, new(*exec.ExitError)) && !errors.Is(s.waitErr, exec.ErrWaitDelay) {
@@ -312,18 +316,19 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	base := s.HostUID - layout.UID
 	p := &spec.Policy
 	cfg := initConfig{
-		Argv:      spec.Argv,
-		Env:       layout.Env(p),
-		Workdir:   p.Workdir,
-		Hostname:  layout.Hostname,
-		RootDir:   RootMountDir,
-		DiskBytes: p.DiskBytes,
-		Pids:      p.Pids,
-		Mounts:    p.Mounts,
-		Files:     spec.Files,
-		Networked: spec.NetNS != nil,
-		Layers:    len(p.RootLayers),
-		Root:      p.Root,
+		Argv:       spec.Argv,
+		Env:        layout.Env(p),
+		Workdir:    p.Workdir,
+		Hostname:   layout.Hostname,
+		RootDir:    RootMountDir,
+		DiskBytes:  p.DiskBytes,
+		Pids:       p.Pids,
+		Mounts:     p.Mounts,
+		Files:      spec.Files,
+		Networked:  spec.NetNS != nil,
+		Layers:     len(p.RootLayers),
+		Root:       p.Root,
+		ExportRoot: p.ExportRoot,
 	}
 	// Every file handed to init is closed here once init has started (or
 	// failed to); a second Close of the same file is harmless.
@@ -478,6 +483,11 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		return abort(&backend.SetupError{Msg: string(msg)})
 	}
 	statusR.SetReadDeadline(time.Time{})
+	if p.ExportRoot {
+		if s.upper, err = receiveUpper(layerSock); err != nil {
+			return abort(&backend.SetupError{Msg: err.Error()})
+		}
+	}
 	s.started = time.Now()
 	go func() {
 		defer statusR.Close()

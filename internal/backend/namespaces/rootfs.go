@@ -21,14 +21,14 @@ var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 //
 // The user's mounts arrive as detached mount trees (see openMounts), one fd
 // each from firstMountFD on.
-func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int) error {
+func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int, layerSock int) error {
 	// Private propagation first: without it, mounts below could propagate
 	// back into the host's mount namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
 	if len(layers) > 0 {
-		return buildImageRoot(dir, c, firstMountFD, layers)
+		return buildImageRoot(dir, c, firstMountFD, layers, layerSock)
 	}
 	// One size-limited tmpfs holds the whole writable part of the sandbox
 	// (/tmp, /home/user, /dev/shm): that is the --disk limit.
@@ -82,7 +82,7 @@ func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int) error 
 // and only once the host's file system is out of reach is any path of the
 // image followed. What the sandbox needs of the host (device nodes, the
 // user's mounts, the agent's binary) comes along as mounts already open.
-func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int) error {
+func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int, layerSock int) error {
 	devs := map[string]int{}
 	defer func() {
 		for _, fd := range devs {
@@ -106,6 +106,11 @@ func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int) e
 	img, err := imageRoot(dir, layers, c.DiskBytes)
 	if err != nil {
 		return err
+	}
+	if c.ExportRoot {
+		if err := sendUpper(layerSock, filepath.Join(dir, "u")); err != nil {
+			return err
+		}
 	}
 	if err := pivot(img.dir); err != nil {
 		return err

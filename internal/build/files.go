@@ -1,0 +1,208 @@
+package build
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Files keeps the uploads of COPY steps (tar archives of the files, as
+// E2B's SDK sends them, gzipped or not) by the hash the SDK gives them.
+type Files struct {
+	dir   string
+	limit int64
+}
+
+// OpenFiles returns the upload store in dir, making it if needed. An
+// upload may be at most limit bytes.
+func OpenFiles(dir string, limit int64) (*Files, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("build uploads: %w", err)
+	}
+	return &Files{dir: dir, limit: limit}, nil
+}
+
+func (f *Files) path(hash string) string { return filepath.Join(f.dir, hash+".tar") }
+
+// Has reports whether the upload of hash is here.
+func (f *Files) Has(hash string) bool {
+	if !validHash(hash) {
+		return false
+	}
+	_, err := os.Stat(f.path(hash))
+	return err == nil
+}
+
+// ErrTooLarge: an upload past the limit.
+var ErrTooLarge = errors.New("the upload is too large")
+
+// Put stores r as the upload of hash; a partial upload leaves nothing.
+func (f *Files) Put(hash string, r io.Reader) error {
+	if !validHash(hash) {
+		return fmt.Errorf("files hash %q is not a sha256", hash)
+	}
+	tmp, err := os.CreateTemp(f.dir, ".upload-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	n, err := io.Copy(tmp, io.LimitReader(r, f.limit+1))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if n > f.limit {
+		return fmt.Errorf("%w: at most %d bytes", ErrTooLarge, f.limit)
+	}
+	return os.Rename(tmp.Name(), f.path(hash))
+}
+
+// open returns the upload of hash as an uncompressed tar stream.
+func (f *Files) open(hash string) (io.ReadCloser, error) {
+	file, err := os.Open(f.path(hash))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the files of this COPY (%s) were not uploaded", hash)
+	}
+	if err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(file)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			file.Close()
+			return nil, fmt.Errorf("the upload is not a valid gzip stream: %v", err)
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{zr, file}, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{br, file}, nil
+}
+
+// copy is a COPY step: the entries of the upload that src names, laid
+// out under dest as Docker's COPY does (a directory's contents go into
+// dest; a file goes to dest, or into it when dest ends in "/"), owned by
+// the step's user, with its mode if it gives one.
+func (st *state) copy(ctx context.Context, s *Step) error {
+	src := path.Clean(strings.TrimPrefix(s.Args[0], "./"))
+	dest := st.abs(s.Args[1])
+	intoDir := strings.HasSuffix(s.Args[1], "/")
+	user, mode := "", int64(-1)
+	if len(s.Args) > 2 {
+		user = s.Args[2]
+	}
+	if len(s.Args) > 3 && s.Args[3] != "" {
+		m, _ := strconv.ParseInt(s.Args[3], 8, 64)
+		mode = m
+	}
+	upload, err := st.files.open(s.FilesHash)
+	if err != nil {
+		return err
+	}
+	defer upload.Close()
+	glob := strings.ContainsAny(src, "*?[")
+	pr, pw := io.Pipe()
+	go func() {
+		tr, tw := tar.NewReader(upload), tar.NewWriter(pw)
+		found := false
+		err := func() error {
+			for {
+				hdr, err := tr.Next()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("the upload is not a valid tar archive: %v", err)
+				}
+				name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+				rel, ok := copyTarget(name, src, glob, hdr.Typeflag == tar.TypeDir, intoDir)
+				if !ok {
+					continue
+				}
+				found = true
+				// Names from the root: the agent lays them out in "/".
+				hdr.Name = strings.TrimPrefix(path.Join(dest, rel), "/")
+				if hdr.Name == "" {
+					hdr.Name = "."
+				}
+				if mode >= 0 && hdr.Typeflag != tar.TypeSymlink {
+					hdr.Mode = mode
+				}
+				if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeDir && hdr.Typeflag != tar.TypeSymlink {
+					continue
+				}
+				if err := tw.WriteHeader(hdr); err != nil {
+					return err
+				}
+				if _, err := io.Copy(tw, tr); err != nil {
+					return err
+				}
+			}
+		}()
+		if err == nil && !found {
+			err = fmt.Errorf("the upload has nothing at %s", src)
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	err = st.untar(ctx, "/", user, pr, false)
+	pr.CloseWithError(errors.New("copy ended"))
+	return err
+}
+
+// copyTarget is where the upload's entry name goes, relative to the
+// directory the step lays files out in (see copy), and whether it is
+// copied at all.
+func copyTarget(name, src string, glob, isDir, intoDir bool) (string, bool) {
+	if glob {
+		top, rest, _ := strings.Cut(name, "/")
+		// The pattern names entries of the top of the context, or of the
+		// directory it is in.
+		dir, pattern := path.Split(src)
+		dir = strings.TrimSuffix(dir, "/")
+		if dir != "" {
+			sub, ok := strings.CutPrefix(name, dir+"/")
+			if !ok {
+				return "", false
+			}
+			top, rest, _ = strings.Cut(sub, "/")
+		}
+		if ok, _ := path.Match(pattern, top); !ok {
+			return "", false
+		}
+		if rest == "" {
+			return top, true
+		}
+		return top + "/" + rest, true
+	}
+	switch {
+	case name == src && isDir:
+		return ".", true
+	case name == src && intoDir:
+		return path.Base(src), true
+	case name == src:
+		return ".", true // the file is dest
+	}
+	if rel, ok := strings.CutPrefix(name, src+"/"); ok {
+		return rel, true
+	}
+	return "", false
+}

@@ -1,0 +1,189 @@
+// Package ocilayer writes what a sandbox changed of its image root as an
+// OCI image layer.
+package ocilayer
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriteUpperLayer writes the overlayfs upper directory dir (a sandbox's
+// writable layer, mounted with userxattr) to w as an OCI layer: whiteouts
+// (0:0 character devices) become ".wh.NAME" entries, opaque directories
+// (user.overlay.opaque) a ".wh..wh..opq" entry. Owners are the sandbox's
+// own ids: the files' host ids less idBase.
+//
+// The directory is the sandbox's, so nothing of it is trusted: every name
+// is opened relative to its parent's descriptor with O_NOFOLLOW, so no
+// symlink is ever followed, and what is read is checked to be what was
+// listed (a regular file, opened without blocking). What is not a file,
+// directory, symlink, FIFO or whiteout (sockets, device nodes) is left
+// out. The top-level entries in skip (mount points such as "dev" and
+// "proc") are left out too. The layer is then unpacked like any other
+// (image.Store.AddLayer), with all its checks.
+func WriteUpperLayer(w io.Writer, dir *os.File, idBase int, skip []string) error {
+	tw := tar.NewWriter(w)
+	e := &exporter{tw: tw, idBase: idBase, links: map[[2]uint64]string{}, skip: skip}
+	fd, err := unix.Dup(int(dir.Fd()))
+	if err != nil {
+		return err
+	}
+	if err := e.dir(fd, ""); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+type exporter struct {
+	tw     *tar.Writer
+	idBase int
+	links  map[[2]uint64]string // device and inode → first name, for hardlinks
+	skip   []string
+}
+
+// dir writes the entries of the directory fd (closed here), which is rel
+// in the layer ("" for its root), sorted by name.
+func (e *exporter) dir(fd int, rel string) error {
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("read %s/: %w", rel, err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if rel == "" && slices.Contains(e.skip, name) {
+			continue
+		}
+		if err := e.entry(fd, rel, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *exporter) entry(parent int, rel, name string) error {
+	p := path.Join(rel, name)
+	var st unix.Stat_t
+	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("stat %s: %w", p, err)
+	}
+	hdr, err := e.header(p, &st)
+	if err != nil {
+		return err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s/: %w", p, err)
+		}
+		hdr.Typeflag, hdr.Name = tar.TypeDir, p+"/"
+		if err := e.tw.WriteHeader(hdr); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		if opaqueDir(fd) {
+			wh := *hdr
+			wh.Typeflag, wh.Name, wh.Mode = tar.TypeReg, p+"/.wh..wh..opq", 0
+			if err := e.tw.WriteHeader(&wh); err != nil {
+				unix.Close(fd)
+				return err
+			}
+		}
+		return e.dir(fd, p)
+	case unix.S_IFREG:
+		key := [2]uint64{st.Dev, st.Ino}
+		if first, ok := e.links[key]; ok && st.Nlink > 1 {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+			return e.tw.WriteHeader(hdr)
+		}
+		e.links[key] = p
+		return e.file(parent, name, hdr, &st)
+	case unix.S_IFLNK:
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(parent, name, buf)
+		if err != nil {
+			return fmt.Errorf("readlink %s: %w", p, err)
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, string(buf[:n])
+		return e.tw.WriteHeader(hdr)
+	case unix.S_IFIFO:
+		hdr.Typeflag = tar.TypeFifo
+		return e.tw.WriteHeader(hdr)
+	case unix.S_IFCHR:
+		if st.Rdev == 0 { // overlayfs' whiteout: the name was removed
+			hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeReg, path.Join(rel, ".wh."+name), 0
+			return e.tw.WriteHeader(hdr)
+		}
+	}
+	return nil // sockets and device nodes have no place in a layer
+}
+
+// header describes the entry of st, owned by its ids in the sandbox.
+func (e *exporter) header(p string, st *unix.Stat_t) (*tar.Header, error) {
+	uid, gid := int(st.Uid)-e.idBase, int(st.Gid)-e.idBase
+	if uid < 0 || uid > MaxID || gid < 0 || gid > MaxID {
+		return nil, fmt.Errorf("%s is owned by host ids %d:%d, outside the sandbox's", p, st.Uid, st.Gid)
+	}
+	return &tar.Header{
+		Name:    p,
+		Mode:    int64(st.Mode & 0o7777),
+		Uid:     uid,
+		Gid:     gid,
+		ModTime: time.Unix(st.Mtim.Unix()).UTC(),
+		Format:  tar.FormatPAX,
+	}, nil
+}
+
+// file writes the regular file name, checked once open to be the file
+// that was listed: it may not have been swapped for a FIFO or a device.
+func (e *exporter) file(parent int, name string, hdr *tar.Header, listed *unix.Stat_t) error {
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", hdr.Name, err)
+	}
+	f := os.NewFile(uintptr(fd), hdr.Name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != listed.Ino || st.Dev != listed.Dev {
+		return fmt.Errorf("%s changed while it was read", hdr.Name)
+	}
+	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+	if err := e.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(e.tw, f, st.Size); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s changed while it was read", hdr.Name)
+		}
+		return fmt.Errorf("read %s: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+// opaqueDir reports whether overlayfs marked the directory fd opaque:
+// everything of it in the lower layers is hidden.
+func opaqueDir(fd int) bool {
+	buf := make([]byte, 4)
+	for _, attr := range []string{"user.overlay.opaque", "trusted.overlay.opaque"} {
+		if n, err := unix.Fgetxattr(fd, attr, buf); err == nil && n == 1 && buf[0] == 'y' {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxID is the highest id a sandbox maps: it has 65,536 of its own.
+const MaxID = 65535
