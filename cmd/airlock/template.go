@@ -19,6 +19,7 @@ import (
 const templateUsage = `usage: airlock template <command> [flags]
 
 commands:
+  build  NAME -f FILE     build template NAME from a Dockerfile (its steps run in a sandbox)
   pull   NAME REFERENCE   pull an image from an OCI registry as template NAME
   import NAME PATH        import a docker save archive or an OCI image layout directory
   list                    list the templates
@@ -26,6 +27,12 @@ commands:
 
 flags (every command):
   --state-dir DIR         where templates are kept (default /var/lib/airlock, $AIRLOCK_STATE_DIR)
+
+flags of build:
+  -f FILE                 the Dockerfile (FROM, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT)
+  --context DIR           where COPY takes files from (default: the Dockerfile's directory)
+  --no-cache              build even if the same base and steps were built before
+  --net internet|none     the build sandbox's network (default internet)
 `
 
 // defaultStateDir is airlock serve's, which keeps templates too.
@@ -58,6 +65,10 @@ func templateCmd(args []string) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	stateDir := stateDirFlag(fs)
+	file := fs.String("f", "", "Dockerfile")
+	contextDir := fs.String("context", "", "build context")
+	noCache := fs.Bool("no-cache", false, "do not reuse an earlier build")
+	netMode := fs.String("net", "internet", "the build's network")
 	// Flags may come before, between or after the arguments.
 	var a []string
 	for rest := args[1:]; ; {
@@ -69,10 +80,10 @@ func templateCmd(args []string) error {
 		}
 		a, rest = append(a, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"pull": 2, "import": 2, "list": 0, "ls": 0, "rm": 1}
+	want := map[string]int{"build": 1, "pull": 2, "import": 2, "list": 0, "ls": 0, "rm": 1}
 	n, ok := want[args[0]]
 	if !ok {
-		return usageError{fmt.Sprintf("unknown template command %q (pull, import, list, rm)", args[0])}
+		return usageError{fmt.Sprintf("unknown template command %q (build, pull, import, list, rm)", args[0])}
 	}
 	if len(a) != n {
 		return usageError{fmt.Sprintf("template %s takes %d argument(s), got %d", args[0], n, len(a))}
@@ -90,6 +101,8 @@ func templateCmd(args []string) error {
 	defer stop()
 	var img *image.Image
 	switch args[0] {
+	case "build":
+		return buildTemplate(ctx, store, *stateDir, a[0], *file, *contextDir, *noCache, *netMode)
 	case "pull":
 		fmt.Fprintf(os.Stderr, "pulling %s\n", a[1])
 		img, err = store.Pull(ctx, a[1], a[0], nil)

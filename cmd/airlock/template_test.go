@@ -169,3 +169,82 @@ func TestServeTemplate(t *testing.T) {
 		t.Errorf("an unknown template: %d %s", code, body)
 	}
 }
+
+// airlock template build: a Dockerfile's steps in a sandbox of its base;
+// what the steps made, removed and linked comes back as one layer, and
+// nothing the build's code made of its files reaches the host.
+func TestTemplateBuild(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	state := t.TempDir()
+	importImage(t, state, "bb", busybox(t, imagetest.Entry{Name: "srv/old", Body: "old\n"}))
+	hostDir := t.TempDir()
+	hostFile := filepath.Join(hostDir, "precious")
+	os.WriteFile(hostFile, []byte("host data\n"), 0o644)
+	ctx := t.TempDir()
+	os.MkdirAll(filepath.Join(ctx, "app/sub"), 0o755)
+	os.WriteFile(filepath.Join(ctx, "app/run.sh"), []byte("echo run\n"), 0o755)
+	os.WriteFile(filepath.Join(ctx, "app/sub/data"), []byte("data\n"), 0o644)
+	os.Symlink(hostFile, filepath.Join(ctx, "app/link")) // copied as a link, never followed
+	dockerfile := filepath.Join(ctx, "Dockerfile")
+	os.WriteFile(dockerfile, []byte(`FROM template:bb
+ENV STAGE=built
+RUN echo "step output $STAGE" && mkdir -p /opt/made && echo made > /opt/made/file \
+    && rm /srv/old && ln -s `+hostFile+` /opt/made/to-host && mkfifo /opt/made/fifo \
+    && ln /opt/made/file /opt/made/hard
+COPY app /opt/app
+COPY --chown=user --chmod=0640 app/sub/data /opt/data
+USER user
+WORKDIR /opt/work
+RUN whoami > /opt/work/who
+`), 0o644)
+	r := airlock(t, "", "template", "build", "built", "-f", dockerfile, "--state-dir", state, "--net", "none")
+	if r.code != 0 || !strings.Contains(r.stderr, "step output built") {
+		t.Fatalf("template build: exit %d\n%s", r.code, r.stderr)
+	}
+	airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
+	r = airlock(t, "", "run", "--state-dir", state, "--template", "built", "--", "/bin/sh", "-c",
+		`cat /opt/made/file /opt/app/run.sh /opt/app/sub/data; stat -c '%U %a' /opt/data; cat /opt/work/who; pwd; echo $STAGE;
+		 test -e /srv/old || echo removed; readlink /opt/app/link; test -p /opt/made/fifo && echo fifo; stat -c %h /opt/made/hard`)
+	want := "made\necho run\ndata\nuser 640\nuser\n/opt/work\nbuilt\nremoved\n" + hostFile + "\nfifo\n2\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("a sandbox of the built template: exit %d\n%q\nwant %q\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	// The new layer holds the build's symlink as a symlink: the host read
+	// nothing through it.
+	layers, _ := filepath.Glob(filepath.Join(state, "images", "layers", "*", "opt", "made", "to-host"))
+	if len(layers) != 1 {
+		t.Fatalf("the build's layer: %v", layers)
+	}
+	if fi, err := os.Lstat(layers[0]); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the build's symlink came back as %v (%v)", fi, err)
+	}
+	// The same base and steps again: reused, not rebuilt.
+	if r := airlock(t, "", "template", "build", "again", "-f", dockerfile, "--state-dir", state, "--net", "none"); r.code != 0 || !strings.Contains(r.stderr, "reusing built") {
+		t.Errorf("a second build of the same steps: exit %d\n%s", r.code, r.stderr)
+	}
+	// A failing step fails the build and records nothing.
+	bad := filepath.Join(ctx, "Dockerfile.bad")
+	os.WriteFile(bad, []byte("FROM template:bb\nRUN echo doomed && exit 7\n"), 0o644)
+	if r := airlock(t, "", "template", "build", "bad", "-f", bad, "--state-dir", state, "--net", "none"); r.code != 2 || !strings.Contains(r.stderr, "exited with code 7") {
+		t.Errorf("a failing step: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := airlock(t, "", "template", "list", "--state-dir", state); strings.Contains(r.stdout, "bad") {
+		t.Errorf("a failed build left a template:\n%s", r.stdout)
+	}
+	for _, c := range []struct{ dockerfile, want string }{
+		{"RUN true\n", "the first instruction must be FROM"},
+		{"FROM template:bb\nHEALTHCHECK CMD true\n", "line 2: HEALTHCHECK is not supported"},
+		{"FROM template:bb\nFROM template:bb\n", "multi-stage"},
+		{"FROM template:bb\nCOPY ../../etc/passwd /x\n", "inside the build context"},
+		{"FROM template:bb\nUSER nobody\n", "users root and user"},
+	} {
+		os.WriteFile(bad, []byte(c.dockerfile), 0o644)
+		if r := airlock(t, "", "template", "build", "bad", "-f", bad, "--state-dir", state, "--net", "none"); r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%q: exit %d %q, want %q", c.dockerfile, r.code, r.stderr, c.want)
+		}
+	}
+	if data, _ := os.ReadFile(hostFile); string(data) != "host data\n" {
+		t.Errorf("the host file changed: %q", data)
+	}
+	airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
+}

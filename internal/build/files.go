@@ -5,9 +5,12 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -205,4 +208,89 @@ func copyTarget(name, src string, glob, isDir, intoDir bool) (string, bool) {
 		return rel, true
 	}
 	return "", false
+}
+
+// PutContext stores, as an upload, src of the build context directory
+// ctxDir (a file, a directory with everything below it, or a pattern of
+// names in one directory), in the layout E2B's SDK uploads: paths
+// relative to the context. Symlinks are stored as symlinks, never
+// followed. It returns the upload's hash, that of its content.
+func (f *Files) PutContext(ctxDir, src string) (string, error) {
+	root, err := os.OpenRoot(ctxDir)
+	if err != nil {
+		return "", fmt.Errorf("build context: %w", err)
+	}
+	defer root.Close()
+	src = path.Clean(strings.TrimPrefix(src, "./"))
+	if src == ".." || strings.HasPrefix(src, "../") || path.IsAbs(src) {
+		return "", fmt.Errorf("COPY %s: the source must be inside the build context", src)
+	}
+	names, err := fs.Glob(root.FS(), src)
+	if err != nil || len(names) == 0 {
+		return "", fmt.Errorf("COPY %s: nothing of that name in the build context", src)
+	}
+	tmp, err := os.CreateTemp(f.dir, ".context-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(tmp, h))
+	var size int64
+	for _, n := range names {
+		err := fs.WalkDir(root.FS(), n, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			link := ""
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				if link, err = root.Readlink(p); err != nil {
+					return err
+				}
+			} else if !fi.Mode().IsRegular() && !fi.IsDir() {
+				return nil // sockets, devices: nothing to copy
+			}
+			hdr, err := tar.FileInfoHeader(fi, link)
+			if err != nil {
+				return err
+			}
+			hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = p, 0, 0, "", ""
+			if fi.IsDir() {
+				hdr.Name += "/"
+			}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			if !fi.Mode().IsRegular() {
+				return nil
+			}
+			if size += fi.Size(); size > f.limit {
+				return fmt.Errorf("%w: at most %d bytes", ErrTooLarge, f.limit)
+			}
+			file, err := root.Open(p)
+			if err != nil {
+				return err
+			}
+			defer file.Close()
+			_, err = io.CopyN(tw, file, fi.Size())
+			return err
+		})
+		if err != nil {
+			tmp.Close()
+			return "", fmt.Errorf("COPY %s: %w", src, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	hash := hex.EncodeToString(h.Sum(nil))
+	return hash, os.Rename(tmp.Name(), f.path(hash))
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
-	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 	"github.com/airlock-sandbox/airlock/internal/layout"
+	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 

@@ -19,7 +19,7 @@ import (
 const Busybox = "/bin/busybox"
 
 // Applets are the commands the image has, as links to busybox.
-var Applets = []string{"sh", "ls", "cat", "id", "echo", "touch", "rm", "mkdir", "stat", "df", "head", "sleep", "test", "grep", "wc", "dd", "chmod", "whoami", "nproc", "cp", "mv", "ln", "tr", "env", "true", "false"}
+var Applets = []string{"sh", "ls", "cat", "id", "echo", "touch", "rm", "mkdir", "stat", "df", "head", "sleep", "test", "grep", "wc", "dd", "chmod", "whoami", "nproc", "cp", "mv", "ln", "tr", "env", "true", "false", "mkfifo", "readlink"}
 
 // Entry is one file of a layer.
 type Entry struct {
