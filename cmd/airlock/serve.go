@@ -148,9 +148,8 @@ func serveCmd(args []string) error {
 		cfg.Domain = "localhost:" + port
 	}
 	api := httpapi.New(m, key, cfg.Domain, log)
-	// Builds run on the namespaces backend, which can read a sandbox's
-	// writable layer back; with the internet only where the host gives
-	// sandboxes networks.
+	// Builds run on the server's backend; with the internet only where
+	// the host gives sandboxes networks.
 	if network == nil || network.unavailable != nil {
 		buildPolicy.Network = policy.Network{}
 	}
@@ -158,9 +157,8 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	nsBackend, _ := backends.get("namespaces")
 	builds := &build.Service{
-		Builder: &build.Builder{Store: images, Files: files, Host: buildHost{m, nsBackend}, Policy: buildPolicy,
+		Builder: &build.Builder{Store: images, Files: files, Host: buildHost{m, isolation}, Policy: buildPolicy,
 			ReadyTimeout: time.Duration(bcfg.ReadyTimeout)},
 		Log: log, Timeout: time.Duration(bcfg.Timeout), Parallel: bcfg.Parallel,
 	}

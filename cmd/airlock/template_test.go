@@ -248,3 +248,39 @@ RUN whoami > /opt/work/who
 	}
 	airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
 }
+
+// On gVisor a template's root is the host's read-only overlay of its
+// layers under gVisor's writable layer: the same root, user, writes and
+// disk limit, and nothing mounted on the host afterwards.
+func TestRunTemplateGVisor(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	if os.Getenv("AIRLOCK_RUNSC") == "" {
+		t.Skip("AIRLOCK_RUNSC is not set (make test builds runsc)")
+	}
+	state := t.TempDir()
+	importImage(t, state, "bb", busybox(t,
+		imagetest.Entry{Name: "srv/hello", Body: "hello from a layer\n"},
+		imagetest.Entry{Name: "etc/.wh.group"}))
+	run := func(args ...string) cliResult {
+		t.Helper()
+		return airlock(t, "", append([]string{"run", "--backend", "gvisor", "--state-dir", state, "--template", "bb"}, args...)...)
+	}
+	r := run("--", "/bin/sh", "-c", `id -u; whoami; pwd; echo "$GREETING"; cat /srv/hello; test -e /usr && echo host-usr; echo written > /tmp/mark; cat /tmp/mark; touch /etc/x 2>/dev/null || echo no-etc`)
+	want := "1000\nuser\n/srv\nfrom the image\nhello from a layer\nwritten\nno-etc\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("in the template: exit %d, stdout %q, want %q; stderr %s", r.code, r.stdout, want, r.stderr)
+	}
+	if r := run("--", "/bin/sh", "-c", "test -e /tmp/mark && echo kept || echo fresh"); r.stdout != "fresh\n" {
+		t.Errorf("a write survived its sandbox: %q %s", r.stdout, r.stderr)
+	}
+	r = run("--disk", "2M", "--", "/bin/sh", "-c", "for i in 1 2 3 4; do dd if=/dev/zero of=/tmp/big$i bs=1M count=1 2>&1; done | grep -qi 'no space' && echo full")
+	if r.stdout != "full\n" {
+		t.Errorf("4 MB in a 2 MB writable layer: %q %s", r.stdout, r.stderr)
+	}
+	if r := run("--user", "root", "--", "/bin/sh", "-c", "id -u; echo conf > /etc/app.conf && cat /etc/app.conf"); r.stdout != "0\nconf\n" {
+		t.Errorf("--user root: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), state) {
+		t.Errorf("a mount of the template is left on the host:\n%s", data)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -187,3 +188,67 @@ func opaqueDir(fd int) bool {
 
 // MaxID is the highest id a sandbox maps: it has 65,536 of its own.
 const MaxID = 65535
+
+// FromOverlayTar rewrites r, a tar of an overlay's upper layer in the
+// overlay's own terms (runsc tar rootfs-upper: whiteouts as 0:0
+// character devices, opaque directories with the xattr
+// trusted.overlay.opaque=y), as an OCI layer to w. The top-level entries
+// in skip are left out, and so are device nodes and other xattrs.
+func FromOverlayTar(w io.Writer, r io.Reader, skip []string) error {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return tw.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("the sandbox's layer: %w", err)
+		}
+		name := path.Clean("/" + hdr.Name)[1:]
+		if name == "" {
+			continue // the root itself
+		}
+		if top, _, _ := strings.Cut(name, "/"); slices.Contains(skip, top) {
+			continue
+		}
+		if hdr.Uid < 0 || hdr.Uid > MaxID || hdr.Gid < 0 || hdr.Gid > MaxID {
+			return fmt.Errorf("%s is owned by %d:%d, outside the sandbox's ids", name, hdr.Uid, hdr.Gid)
+		}
+		opaque := hdr.PAXRecords["SCHILY.xattr.trusted.overlay.opaque"] == "y"
+		out := &tar.Header{Name: name, Mode: hdr.Mode & 0o7777, Uid: hdr.Uid, Gid: hdr.Gid, ModTime: hdr.ModTime, Format: tar.FormatPAX}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			out.Typeflag, out.Name = tar.TypeDir, name+"/"
+		case tar.TypeReg:
+			out.Typeflag, out.Size = tar.TypeReg, hdr.Size
+		case tar.TypeSymlink:
+			out.Typeflag, out.Linkname = tar.TypeSymlink, hdr.Linkname
+		case tar.TypeLink:
+			out.Typeflag, out.Linkname = tar.TypeLink, path.Clean("/" + hdr.Linkname)[1:]
+		case tar.TypeFifo:
+			out.Typeflag = tar.TypeFifo
+		case tar.TypeChar:
+			if hdr.Devmajor != 0 || hdr.Devminor != 0 {
+				continue // a device node has no place in a layer
+			}
+			dir, base := path.Split(name)
+			out.Typeflag, out.Name, out.Mode = tar.TypeReg, dir+".wh."+base, 0
+		default:
+			continue
+		}
+		if err := tw.WriteHeader(out); err != nil {
+			return err
+		}
+		if out.Typeflag == tar.TypeReg && out.Size > 0 {
+			if _, err := io.CopyN(tw, tr, out.Size); err != nil {
+				return fmt.Errorf("the sandbox's layer: %s: %w", name, err)
+			}
+		}
+		if opaque && hdr.Typeflag == tar.TypeDir {
+			wh := &tar.Header{Name: name + "/.wh..wh..opq", Typeflag: tar.TypeReg, ModTime: hdr.ModTime, Format: tar.FormatPAX}
+			if err := tw.WriteHeader(wh); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -11,8 +11,7 @@ import { createInterface } from 'node:readline'
 import { Sandbox, Template, BuildError, waitForFile } from 'e2b'
 import { startServer } from './harness.mjs'
 
-// Sandboxes rooted in images run on the namespaces backend only, so far.
-const skip = process.env.AIRLOCK_TEST_BACKEND === 'gvisor' && 'templates made from images run on the namespaces backend only'
+const skip = false
 
 let server, registry, regProc, context
 before(async () => {

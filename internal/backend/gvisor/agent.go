@@ -40,7 +40,10 @@ type agentSandbox struct {
 	done    chan struct{}
 }
 
-var _ backend.Instance = (*agentSandbox)(nil)
+var (
+	_ backend.Instance     = (*agentSandbox)(nil)
+	_ backend.RootExporter = (*agentSandbox)(nil)
+)
 
 // Start starts a gVisor sandbox whose command is the airlock agent. It
 // returns once runsc runs; Dial waits for the agent.
@@ -50,9 +53,6 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 	}
 	if err := backend.CheckNetNS(&p, netns); err != nil {
 		return nil, err
-	}
-	if len(p.RootLayers) > 0 {
-		return nil, fmt.Errorf("%w: templates made from images run on the namespaces backend, not yet on gVisor", backend.ErrUnsupported)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -90,7 +90,7 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 	}
 	// Attached, as in Run: runsc is the sandbox's parent for its whole
 	// life, and killing runsc kills the sandbox.
-	s.run = b.runsc(be.runsc, []string{"--host-uds", "create", "--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
+	s.run = b.runsc(be.runsc, append([]string{"--host-uds", "create", "--log-fd", "3"}, b.runFlags()...), "run", "--bundle", b.dir, b.id)
 	errW, err := s.failure.pipe()
 	if err != nil {
 		b.remove("")

@@ -60,9 +60,6 @@ var ErrNotRoot = errors.New("the gvisor backend needs root (runsc runs as root)"
 
 // Check reports whether spec can run, without starting anything.
 func (b *Backend) Check(spec *backend.Spec) error {
-	if len(spec.Policy.RootLayers) > 0 {
-		return fmt.Errorf("%w: templates made from images run on the namespaces backend, not yet on gVisor", backend.ErrUnsupported)
-	}
 	if err := backend.CheckSpec(spec); err != nil {
 		return err
 	}
@@ -138,7 +135,7 @@ func (be *Backend) Run(ctx context.Context, spec *backend.Spec) (res *backend.Re
 	// and it is one runsc start instead of four. runsc deletes the
 	// container when it ends, but not the cgroup Airlock made, which keeps
 	// the memory and OOM counters until they are read.
-	run := b.runsc(runsc, []string{"--log-fd", "3"}, "run", "--bundle", b.dir, b.id)
+	run := b.runsc(runsc, append([]string{"--log-fd", "3"}, b.runFlags()...), "run", "--bundle", b.dir, b.id)
 	stdout := backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
 	stderr := backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
 	run.Stdout, run.Stderr = stdout, stderr
@@ -218,6 +215,18 @@ type bundle struct {
 	// netns: the network namespace the host made for the sandbox, whose
 	// interface gVisor's netstack takes over; nil: gVisor's loopback only.
 	netns *os.File
+	// image: the root is an image's (image.go), mounted at rootfs, under
+	// gVisor's writable layer of overlay bytes.
+	image   bool
+	overlay int64
+}
+
+// runFlags are runsc run's flags of the bundle's root.
+func (b *bundle) runFlags() []string {
+	if !b.image {
+		return nil
+	}
+	return []string{fmt.Sprintf("--overlay2=root:memory,size=%d", b.overlay)}
 }
 
 // newBundle makes the directory, lock and cgroup of a new sandbox.
@@ -274,6 +283,8 @@ func (b *bundle) remove(runsc string) error {
 	if b.cg != nil {
 		errs = append(errs, b.cg.Remove())
 	}
+	// Before the bundle is removed: its rootfs may be an image's layers.
+	errs = append(errs, b.unmountRoot())
 	err := errors.Join(errs...)
 	// What could not be removed stays behind its unlocked lock file, for
 	// the next Cleanup to retry.
@@ -350,6 +361,9 @@ func (b *bundle) runsc(runsc string, extra []string, args ...string) *exec.Cmd {
 	return exec.Command(runsc, append(append(base, extra...), args...)...)
 }
 
+// runscArgs are the global flags of runsc for the sandbox.
+func (b *bundle) runscArgs() []string { return b.runsc("", nil).Args[1:] }
+
 // teardown deletes the sandbox from runsc and removes runsc's state for
 // it, the network namespace mount included. runsc run deletes its
 // container when it ends; only one killed or crashed first leaves a state
@@ -372,6 +386,9 @@ func (b *bundle) teardown(runsc string) error {
 // template's /etc and code files, and config.json.
 func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mount) error {
 	p := &spec.Policy
+	if len(p.RootLayers) > 0 {
+		return be.writeImageBundle(b, spec, extra)
+	}
 	root := filepath.Join(b.dir, "rootfs")
 	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", layout.Home[1:]} { // mount points
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -449,6 +466,13 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 		}
 		mounts = append(mounts, m)
 	}
+	return be.writeConfig(b, spec, mounts)
+}
+
+// writeConfig writes the bundle's config.json: spec's process under its
+// policy, with mounts.
+func (be *Backend) writeConfig(b *bundle, spec *backend.Spec, mounts []specs.Mount) error {
+	p := &spec.Policy
 	mem := b.limits.MemoryBytes
 	period := uint64(100_000)
 	quota := max(int64(b.limits.CPUs*float64(period)), 1000)
@@ -461,14 +485,14 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 	cfg := specs.Spec{
 		Version:  specs.Version,
 		Hostname: layout.Hostname,
-		Root:     &specs.Root{Path: "rootfs", Readonly: true},
+		// An image's root is writable, in gVisor's layer (runFlags).
+		Root: &specs.Root{Path: "rootfs", Readonly: !b.image},
 		Process: &specs.Process{
-			Args: spec.Argv,
-			Env:  layout.Env(p),
-			Cwd:  p.Workdir,
-			User: specs.User{UID: layout.UID, GID: layout.GID, AdditionalGids: []uint32{layout.GID}},
-			// No capability in any set, and none to be gained.
-			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}},
+			Args:            spec.Argv,
+			Env:             layout.Env(p),
+			Cwd:             p.Workdir,
+			User:            specs.User{UID: layout.UID, GID: layout.GID, AdditionalGids: []uint32{layout.GID}},
+			Capabilities:    noCaps(),
 			NoNewPrivileges: true,
 			Rlimits: []specs.POSIXRlimit{
 				rl("RLIMIT_CORE", 0), rl("RLIMIT_NOFILE", 4096), rl("RLIMIT_NPROC", uint64(p.Pids)),
@@ -491,11 +515,66 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 			},
 		},
 	}
+	if p.Root {
+		// Root of gVisor's kernel, with a container's capabilities there:
+		// the Sentry is the kernel it has them in, not the host's.
+		cfg.Process.User = specs.User{UID: 0, GID: 0}
+		cfg.Process.Capabilities = rootCaps()
+	}
 	data, err := json.MarshalIndent(&cfg, "", " ")
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o644)
+}
+
+// noCaps: no capability in any set, and none to be gained.
+func noCaps() *specs.LinuxCapabilities {
+	return &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}}
+}
+
+// rootCaps are a container's default capabilities (Docker's and runc's),
+// those of the namespaces backend's root inside.
+func rootCaps() *specs.LinuxCapabilities {
+	c := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID",
+		"CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
+	return &specs.LinuxCapabilities{Bounding: c, Effective: c, Permitted: c, Inheritable: []string{}, Ambient: []string{}}
+}
+
+// writeImageBundle is writeBundle for a sandbox of an image (image.go).
+func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs.Mount) error {
+	p := &spec.Policy
+	b.image, b.overlay = true, p.DiskBytes
+	code := []specs.Mount{}
+	if len(spec.Files) > 0 {
+		dir := filepath.Join(b.dir, "code")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		for _, f := range spec.Files {
+			if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o444); err != nil {
+				return err
+			}
+		}
+		code = append(code, specs.Mount{Destination: layout.CodeDir, Type: "bind", Source: dir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	// /tmp a tmpfs of the disk limit, as in every sandbox (runsc would
+	// mount one without a limit); the root's writable layer has its own.
+	mounts := []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", p.DiskBytes)}}}
+	for _, m := range p.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	mounts = append(append(mounts, code...), extra...)
+	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[2:])
+	if err != nil {
+		return err
+	}
+	return be.writeConfig(b, spec, append(mounts, etc...))
 }
 
 // Cleanup removes the gVisor sandboxes of earlier, killed airlock runs:

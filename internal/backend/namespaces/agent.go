@@ -115,8 +115,9 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	if s.cg.Freeze(ctx, true) == nil {
 		defer s.cg.Freeze(context.Background(), false)
 	}
-	// dev and proc are the mount points of what init attached there.
-	return ocilayer.WriteUpperLayer(w, s.upper, s.HostUID-layout.UID, []string{"dev", "proc"})
+	// dev and proc are the mount points of what init attached there; /tmp
+	// is the sandbox's scratch space, left out of a layer as on gVisor.
+	return ocilayer.WriteUpperLayer(w, s.upper, s.HostUID-layout.UID, []string{"dev", "proc", "tmp", layout.CodeDir[1:]})
 }
 
 // Resume restarts a paused sandbox.
