@@ -17,14 +17,14 @@ export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
 # Debian packages the default sandbox template is expected to provide,
 # and the C toolchain of go test -race (cgo).
-APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev iproute2 nftables busybox-static
+APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
 
 # Packages whose tests need no root (the fake backend stands in for real
 # sandboxes): run under the race detector as the user nobody.
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
-	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/
+	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/ ./internal/ocilayer/ ./internal/build/
 
-.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net fuzz clean
+.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template fuzz clean
 
 all: build
 
@@ -60,8 +60,14 @@ test-unprivileged: deps
 # The official E2B SDKs (pinned in tests/e2b/package-lock.json) against a
 # real airlock serve started by the tests, on each backend, inside the
 # fake internet: no packet of theirs can leave the machine.
+# A small Debian root (debootstrap, from the host's apt mirror) for the
+# template tests of aptInstall and pipInstall: made once, kept in .cache.
+DEBIAN_ROOT := $(CURDIR)/.cache/debian-root
+
 test-sdk: deps build runsc
-	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) npm test && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) npm test
+	tests/fixtures/debian-root.sh $(DEBIAN_ROOT)
+	cd tests/e2b && npm ci --no-audit --no-fund && export AIRLOCK_DEBIAN_ROOT=$(DEBIAN_ROOT) && \
+		../../$(NETLAB) npm test && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) npm test
 
 run: deps build
 	$(BIN) run -- /usr/bin/python3 -c 'import platform; print("hello from", platform.node())'
@@ -69,7 +75,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net
+bench: bench-run bench-serve bench-net bench-template
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -81,6 +87,11 @@ bench-serve: deps build
 # each backend.
 bench-net: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-net.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-net.mjs
+
+# Templates: build, create warm and cold, memory of idle sandboxes, on
+# each backend, against base in the same run.
+bench-template: deps build runsc
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-template.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-template.mjs
 
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy

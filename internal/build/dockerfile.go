@@ -177,7 +177,7 @@ func envPairs(s string, arg bool) ([]string, error) {
 		return []string{k, strings.TrimSpace(unquote(v))}, nil
 	}
 	var kv []string
-	for _, f := range strings.Fields(s) {
+	for _, f := range words(s) {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
 			if arg {
@@ -185,9 +185,38 @@ func envPairs(s string, arg bool) ([]string, error) {
 			}
 			return nil, fmt.Errorf("ENV %q: use NAME=VALUE", f)
 		}
-		kv = append(kv, k, unquote(v))
+		kv = append(kv, k, v)
 	}
 	return kv, nil
+}
+
+// words splits s at spaces outside quotes, and drops the quotes.
+func words(s string) []string {
+	var out []string
+	var cur strings.Builder
+	var quote rune
+	inWord := false
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote == 0 && (r == '"' || r == '\''):
+			quote, inWord = r, true
+		case quote == 0 && (r == ' ' || r == '\t'):
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	return out
 }
 
 func unquote(v string) string {

@@ -196,6 +196,9 @@ const MaxID = 65535
 // in skip are left out, and so are device nodes and other xattrs.
 func FromOverlayTar(w io.Writer, r io.Reader, skip []string) error {
 	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	// Whiteouts may share one inode, and so come as hard links to the
+	// first: a link to a whiteout is a whiteout.
+	whiteouts := map[string]bool{}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -224,7 +227,14 @@ func FromOverlayTar(w io.Writer, r io.Reader, skip []string) error {
 		case tar.TypeSymlink:
 			out.Typeflag, out.Linkname = tar.TypeSymlink, hdr.Linkname
 		case tar.TypeLink:
-			out.Typeflag, out.Linkname = tar.TypeLink, path.Clean("/" + hdr.Linkname)[1:]
+			target := path.Clean("/" + hdr.Linkname)[1:]
+			if whiteouts[target] {
+				dir, base := path.Split(name)
+				out.Typeflag, out.Name, out.Mode = tar.TypeReg, dir+".wh."+base, 0
+				whiteouts[name] = true
+				break
+			}
+			out.Typeflag, out.Linkname = tar.TypeLink, target
 		case tar.TypeFifo:
 			out.Typeflag = tar.TypeFifo
 		case tar.TypeChar:
@@ -233,6 +243,7 @@ func FromOverlayTar(w io.Writer, r io.Reader, skip []string) error {
 			}
 			dir, base := path.Split(name)
 			out.Typeflag, out.Name, out.Mode = tar.TypeReg, dir+".wh."+base, 0
+			whiteouts[name] = true
 		default:
 			continue
 		}

@@ -3,8 +3,9 @@
 // sandboxes of the result.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs'
+import { spawn, execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync, statSync, chmodSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -17,7 +18,10 @@ let server, registry, regProc, context
 before(async () => {
   if (skip) return
   server = await startServer()
-  regProc = spawn(resolve(import.meta.dirname, '../../bin/mkimage'), [], { stdio: ['pipe', 'pipe', 'inherit'] })
+  // With a Debian root (make test makes one: tests/fixtures/debian-root.sh)
+  // the registry serves it too, as debian:latest.
+  const root = process.env.AIRLOCK_DEBIAN_ROOT ? ['-root', process.env.AIRLOCK_DEBIAN_ROOT] : []
+  regProc = spawn(resolve(import.meta.dirname, '../../bin/mkimage'), root, { stdio: ['pipe', 'pipe', 'inherit'] })
   registry = await new Promise((ok, fail) => {
     regProc.on('exit', (code) => fail(new Error(`mkimage exited with ${code}`)))
     createInterface({ input: regProc.stdout }).on('line', (l) => { if (l.startsWith('REGISTRY=')) ok(l.slice(9)) })
@@ -129,4 +133,59 @@ test('Template builder: fromTemplate, buildInBackground, a failing step and bad 
   await assert.rejects(Template.build(Template().fromTemplate('nope').runCmd('true'), 'bb-x'), /not a template made from an image/)
   await assert.rejects(Template.build(Template().fromTemplate('bb-base').setUser('nobody'), 'bb-x'), /users root and user/)
   await assert.rejects(Template.build(base, 'Bad Name!'), /template name/)
+})
+
+// aptInstall and pipInstall as the SDK writes them (apt-get update and
+// install as root, pip install as root), from a package repository and a
+// wheel directory this test makes and copies into the build.
+const noDebian = !process.env.AIRLOCK_DEBIAN_ROOT && 'AIRLOCK_DEBIAN_ROOT is not set (make test makes a Debian root with debootstrap)'
+test('Template builder: aptInstall and pipInstall from local repositories, on a Debian image', { skip: skip || noDebian, timeout: 600_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'airlock-debian-'))
+  try {
+    // A .deb of one script, and a flat repository of it.
+    const pkg = join(dir, 'pkg')
+    mkdirSync(join(pkg, 'DEBIAN'), { recursive: true })
+    mkdirSync(join(pkg, 'usr/bin'), { recursive: true })
+    writeFileSync(join(pkg, 'DEBIAN/control'), 'Package: airlock-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: Airlock tests <tests@airlock.invalid>\nDescription: a package of the tests\n')
+    writeFileSync(join(pkg, 'usr/bin/airlock-hello'), '#!/bin/sh\necho hello from a deb\n')
+    chmodSync(join(pkg, 'usr/bin/airlock-hello'), 0o755)
+    mkdirSync(join(dir, 'ctx/repo'), { recursive: true })
+    execFileSync('dpkg-deb', ['--root-owner-group', '--build', pkg, join(dir, 'ctx/repo/airlock-hello_1.0_all.deb')], { stdio: 'ignore' })
+    const deb = readFileSync(join(dir, 'ctx/repo/airlock-hello_1.0_all.deb'))
+    writeFileSync(join(dir, 'ctx/repo/Packages'), readFileSync(join(pkg, 'DEBIAN/control'), 'utf8') +
+      `Filename: ./airlock-hello_1.0_all.deb\nSize: ${statSync(join(dir, 'ctx/repo/airlock-hello_1.0_all.deb')).size}\nSHA256: ${createHash('sha256').update(deb).digest('hex')}\n\n`)
+    // A wheel of one module, for pip's --find-links.
+    mkdirSync(join(dir, 'ctx/wheels'), { recursive: true })
+    execFileSync('python3', ['-c', `
+import zipfile, sys
+with zipfile.ZipFile(sys.argv[1], 'w') as z:
+    z.writestr('airlock_greet/__init__.py', 'def greet():\\n    return "hello from a wheel"\\n')
+    z.writestr('airlock_greet-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: airlock-greet\\nVersion: 1.0\\n')
+    z.writestr('airlock_greet-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: airlock-tests\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')
+    z.writestr('airlock_greet-1.0.dist-info/RECORD', '')
+`, join(dir, 'ctx/wheels/airlock_greet-1.0-py3-none-any.whl')])
+    writeFileSync(join(dir, 'ctx/pip.conf'), '[global]\nno-index = true\nfind-links = /opt/wheels\nbreak-system-packages = true\n')
+    const logs = []
+    const t = Template({ fileContextPath: join(dir, 'ctx') })
+      .fromImage(`${registry}/debian:latest`)
+      .copy('repo', '/opt/repo/', { user: 'root' })
+      .copy('wheels', '/opt/wheels/', { user: 'root' })
+      .copy('pip.conf', '/etc/pip.conf', { user: 'root' })
+      .runCmd('echo "deb [trusted=yes] file:/opt/repo ./" > /etc/apt/sources.list', { user: 'root' })
+      .aptInstall(['airlock-hello'])
+      .pipInstall(['airlock-greet'])
+    await Template.build(t, 'debian-tools', { onBuildLogs: (e) => logs.push(e.message) })
+    const sbx = await Sandbox.create('debian-tools')
+    try {
+      assert.equal(await run(sbx, 'airlock-hello'), 'hello from a deb')
+      assert.equal(await run(sbx, 'python3 -c "import airlock_greet; print(airlock_greet.greet())"'), 'hello from a wheel')
+      assert.match(await run(sbx, 'dpkg-query -W airlock-hello'), /airlock-hello\s+1\.0/)
+      // Root inside installs more at run time, as in E2B's sandboxes.
+      assert.match(await run(sbx, 'apt-get install -y --reinstall airlock-hello 2>&1 | tail -1; id -u', { user: 'root' }), /0$/)
+    } finally {
+      await sbx.kill()
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
 })
