@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	"internal/backend":    {"internal/policy"},
 
 	"internal/backend/namespaces":  {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer"},
-	"internal/backend/gvisor":      {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto"},
+	"internal/backend/gvisor":      {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer"},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 

@@ -211,6 +211,13 @@ func (b *Builder) Build(ctx context.Context, names []string, req *Request, res i
 	if err := req.Check(); err != nil {
 		return nil, &StepError{"base", err}
 	}
+	// The base's layers and the new one are in the store before the
+	// template's record: no prune may take them meanwhile.
+	release, err := b.Store.Hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	base, err := b.base(ctx, req, log)
 	if err != nil {
 		return nil, &StepError{"base", err}

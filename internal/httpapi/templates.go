@@ -295,7 +295,8 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, id string)
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate removes every tag of a template.
+// deleteTemplate removes every tag of a template, and the layers no
+// other template has.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	imgs, err := s.templates.Store.List()
@@ -317,7 +318,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "template %q not found", id)
 		return
 	}
-	// Its layers stay until `airlock template prune`: a build under way
-	// may be using them before its image is recorded.
+	// Layers no image has any more go too (Remove prunes), but for those
+	// of images being made (image.Store.Hold).
 	w.WriteHeader(http.StatusNoContent)
 }

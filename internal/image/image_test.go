@@ -272,3 +272,29 @@ func TestRefusesHostileLayers(t *testing.T) {
 		})
 	}
 }
+
+// Prune leaves alone what an image being made holds (Hold), and removes
+// it once nothing holds it and no image refers to it.
+func TestPruneWaitsForHold(t *testing.T) {
+	s := openStore(t)
+	rc, err := layerOf(t, entry{name: "srv/x", body: "x"}).Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffID, _, err := s.AddLayer(rc, DefaultLimits.ImageBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := s.layerDir(diffID)
+	release, err := s.Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prune(); err != nil || !dirExists(dir) {
+		t.Fatalf("a prune while held: %v, layer there: %v", err, dirExists(dir))
+	}
+	release()
+	if err := s.Prune(); err != nil || dirExists(dir) {
+		t.Fatalf("a prune once released: %v, layer there: %v", err, dirExists(dir))
+	}
+}

@@ -25,6 +25,7 @@ import (
 	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -105,6 +106,11 @@ func (s *Store) Pull(ctx context.Context, ref, imageName string, auth authn.Auth
 	if err := CheckName(imageName); err != nil {
 		return nil, err
 	}
+	release, err := s.Hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	rec, err := s.Fetch(ctx, ref, auth)
 	if err != nil {
 		return nil, err
@@ -146,6 +152,11 @@ func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image)
 	if err := CheckName(imageName); err != nil {
 		return nil, err
 	}
+	release, err := s.Hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	rec, err := s.Unpack(ctx, source, img)
 	if err != nil {
 		return nil, err
@@ -211,6 +222,25 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 		rec.Layers = append(rec.Layers, want.String())
 	}
 	return rec, nil
+}
+
+// Hold keeps Prune, in this process or another, from removing layers no
+// image refers to yet, until release: an image being made (pulled,
+// imported, built) has its layers in the store before its record.
+func (s *Store) Hold() (release func(), err error) {
+	lock, err := s.lockFile()
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return func() { lock.Close() }, nil
+}
+
+func (s *Store) lockFile() (*os.File, error) {
+	return os.OpenFile(filepath.Join(s.dir, "lock"), os.O_CREATE|os.O_RDONLY|unix.O_CLOEXEC, 0o600)
 }
 
 // Save records img under its name, replacing an image of that name.
@@ -397,6 +427,18 @@ func (s *Store) Remove(n string) error {
 // died left. A layer in use by a sandbox is held by its mounts: removing
 // its directory does not pull it from under them.
 func (s *Store) Prune() error {
+	// Not while an image is being made: its layers are in the store
+	// before its record is (Hold).
+	lock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		return nil // the next prune removes what this one would have
+	} else if err != nil {
+		return err
+	}
 	imgs, err := s.List()
 	if err != nil {
 		return err
