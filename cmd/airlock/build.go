@@ -85,7 +85,8 @@ func buildTemplate(ctx context.Context, store *image.Store, stateDir, name, file
 	}
 	m := sandbox.NewManager(mcfg, ns, log)
 	defer m.Shutdown()
-	b := &build.Builder{Store: store, Files: files, Host: buildHost{m, ns}, Policy: pol, ReadyTimeout: time.Duration(bcfg.ReadyTimeout)}
+	// The operator's own build: the host's network and credentials.
+	b := &build.Builder{Store: store, Files: files, Host: buildHost{m, ns}, Policy: pol, ReadyTimeout: time.Duration(bcfg.ReadyTimeout), OperatorAuth: true}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(bcfg.Timeout))
 	defer cancel()
 	start := time.Now()

@@ -153,13 +153,19 @@ func serveCmd(args []string) error {
 	if network == nil || network.unavailable != nil {
 		buildPolicy.Network = policy.Network{}
 	}
+	// Clients' pulls dial internet addresses only, unless the operator
+	// allows the registries of their own network.
+	var registries http.RoundTripper
+	if !bcfg.PrivateRegistries {
+		registries = build.PublicRegistries()
+	}
 	files, err := build.OpenFiles(filepath.Join(cfg.StateDir, "images", "uploads"), int64(bcfg.Upload))
 	if err != nil {
 		return err
 	}
 	builds := &build.Service{
 		Builder: &build.Builder{Store: images, Files: files, Host: buildHost{m, isolation}, Policy: buildPolicy,
-			ReadyTimeout: time.Duration(bcfg.ReadyTimeout)},
+			ReadyTimeout: time.Duration(bcfg.ReadyTimeout), Registries: registries},
 		Log: log, Timeout: time.Duration(bcfg.Timeout), Parallel: bcfg.Parallel,
 	}
 	api.HandleTemplates(&httpapi.Templates{Builds: builds, Store: images, Files: files})

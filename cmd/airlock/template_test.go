@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -282,5 +283,74 @@ func TestRunTemplateGVisor(t *testing.T) {
 	}
 	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), state) {
 		t.Errorf("a mount of the template is left on the host:\n%s", data)
+	}
+}
+
+// The build API refuses what it cannot build, naming it, and pulls a
+// client's image from internet addresses only: fromImage must not make
+// the daemon reach its host's loopback.
+func TestServeBuildRefusals(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	state := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "airlock.json")
+	os.WriteFile(cfg, []byte(`{"builds": {"network": "none"}}`), 0o644)
+	s := startServe(t, state, "--pool-size", "0", "--config", cfg)
+	defer s.stop(t)
+	key := map[string]string{"X-API-KEY": s.key}
+	code, body := s.do(t, "POST", "/v3/templates", map[string]any{"name": "refused", "cpuCount": 1}, key)
+	var req struct{ TemplateID, BuildID string }
+	if json.Unmarshal(body, &req); code != 202 || req.TemplateID != "refused" || req.BuildID == "" {
+		t.Fatalf("request a build: %d %s", code, body)
+	}
+	build := "/v2/templates/refused/builds/" + req.BuildID
+	for _, c := range []struct {
+		body any
+		want string
+	}{
+		{map[string]any{"fromImage": "x", "volumes": []string{"/v"}}, "volumes is not supported"},
+		{map[string]any{"fromImage": "x", "steps": []any{map[string]any{"type": "RUN", "args": []string{"true"}, "cache": true}}}, "steps[0].cache"},
+		{map[string]any{"fromImage": "x", "steps": []any{map[string]any{"type": "VOLUME", "args": []string{"/v"}}}}, `step 1: step type "VOLUME"`},
+		{map[string]any{"fromImage": "x", "fromTemplate": "y"}, "exactly one of fromImage and fromTemplate"},
+		{map[string]any{"fromImage": "x", "fromImageRegistry": map[string]any{"type": "aws"}}, `"aws" is not supported`},
+	} {
+		code, body := s.do(t, "POST", build, c.body, key)
+		var e struct{ Message string }
+		if json.Unmarshal(body, &e); code != 400 || !strings.Contains(e.Message, c.want) {
+			t.Errorf("%v: %d %s, want 400 naming %s", c.body, code, body, c.want)
+		}
+	}
+	if code, body := s.do(t, "POST", build, map[string]any{"fromImage": "127.0.0.1:1/busybox:latest"}, key); code != 202 {
+		t.Fatalf("start the build: %d %s", code, body)
+	}
+	if code, _ := s.do(t, "POST", build, map[string]any{"fromImage": "127.0.0.1:1/busybox:latest"}, key); code != 409 {
+		t.Errorf("a build started twice: %d, want 409", code)
+	}
+	var st struct {
+		Status string
+		Reason struct{ Message, Step string }
+	}
+	for i := 0; i < 300 && st.Status != "error" && st.Status != "ready"; i++ {
+		time.Sleep(20 * time.Millisecond)
+		_, body := s.do(t, "GET", "/templates/refused/builds/"+req.BuildID+"/status", nil, key)
+		json.Unmarshal(body, &st)
+	}
+	if st.Status != "error" || st.Reason.Step != "base" || !strings.Contains(st.Reason.Message, "not an internet address") {
+		t.Errorf("a build from a loopback registry: %+v", st)
+	}
+	if code, _ := s.do(t, "GET", "/templates/refused/builds/nope/status", nil, key); code != 404 {
+		t.Errorf("the status of an unknown build: %d", code)
+	}
+	if code, _ := s.do(t, "GET", "/templates/aliases/refused", nil, key); code != 404 {
+		t.Errorf("a failed build made a template: %d", code)
+	}
+	hash := strings.Repeat("ab", 32)
+	if code, _ := s.do(t, "PUT", "/templates/refused/files/"+hash+"?expires=9999999999&token=00", "data", nil); code != 403 {
+		t.Errorf("an upload with a forged token: %d, want 403", code)
+	}
+	if code, body := s.do(t, "POST", "/v3/templates", map[string]any{"name": "Bad/Name"}, key); code != 400 || !strings.Contains(string(body), "template name") {
+		t.Errorf("a bad name: %d %s", code, body)
+	}
+	if code, _ := s.do(t, "POST", "/v3/templates", map[string]any{"name": "x"}, nil); code != 401 {
+		t.Errorf("a build without the API key: %d", code)
 	}
 }

@@ -184,6 +184,14 @@ type Builder struct {
 	Policy policy.Policy
 	// ReadyTimeout bounds how long a start command may take to be ready.
 	ReadyTimeout time.Duration
+	// Registries carries the pulls of fromImage (PublicRegistries for a
+	// server's clients); nil: the host's network, as the operator's own
+	// airlock template pull. Without credentials in the request, pulls go
+	// without any: never with the operator's.
+	Registries http.RoundTripper
+	// OperatorAuth: a pull without credentials may use the operator's
+	// ($DOCKER_CONFIG), as airlock template build does.
+	OperatorAuth bool
 }
 
 // StepError is a build that failed at one step: "base" (the image or
@@ -195,6 +203,19 @@ type StepError struct {
 
 func (e *StepError) Error() string { return e.Err.Error() }
 func (e *StepError) Unwrap() error { return e.Err }
+
+// InternalError is a failure of the host's, not of the build: its
+// message is for the build's client, its cause (which can name host
+// paths) for the server's log.
+type InternalError struct {
+	Msg   string
+	Cause error
+}
+
+func (e *InternalError) Error() string { return e.Msg + " (the server log has the details)" }
+func (e *InternalError) Unwrap() error { return e.Cause }
+
+func internal(msg string, cause error) error { return &InternalError{msg, cause} }
 
 // Logger receives a build's log lines.
 type Logger func(level, msg string)
@@ -239,7 +260,7 @@ func (b *Builder) Build(ctx context.Context, names []string, req *Request, res i
 	log("info", "starting the build sandbox")
 	box, err := b.Host.StartBox(ctx, p)
 	if err != nil {
-		return nil, &StepError{"base", fmt.Errorf("start the build sandbox: %w", err)}
+		return nil, &StepError{"base", internal("the build sandbox could not be started", err)}
 	}
 	defer box.Close()
 	st := &state{box: box, env: slices.Clone(base.Config.Env), user: layout.User, workdir: layout.Home, files: b.Files, log: log}
@@ -258,10 +279,20 @@ func (b *Builder) Build(ctx context.Context, names []string, req *Request, res i
 	log("info", "saving the template's layer")
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(box.ExportRoot(ctx, pw)) }()
-	diffID, size, err := b.Store.AddLayer(pr, b.Store.Limits().ImageBytes-base.Size)
+	// The end of the build (its timeout, a shutdown) ends both sides.
+	stop := context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })
+	// A layer cannot hold more than the sandbox's disk did: a larger one
+	// is made of sparse files, which would cost the store their size.
+	budget := min(b.Store.Limits().ImageBytes-base.Size, p.DiskBytes)
+	diffID, size, err := b.Store.AddLayer(pr, budget)
+	stop()
 	pr.CloseWithError(errors.New("read no further"))
 	if err != nil {
-		return nil, &StepError{"finalize", fmt.Errorf("the template's layer: %w", err)}
+		var ue *image.UnpackError
+		if errors.As(err, &ue) || ctx.Err() != nil {
+			return nil, &StepError{"finalize", fmt.Errorf("the template's layer: %w", err)}
+		}
+		return nil, &StepError{"finalize", internal("the template's layer could not be saved", err)}
 	}
 	img := &image.Image{
 		Source:    base.Source,
@@ -307,7 +338,11 @@ func (b *Builder) base(ctx context.Context, req *Request, log Logger) (*image.Im
 		return img, err
 	}
 	log("info", "pulling "+req.FromImage)
-	img, err := b.Store.Fetch(ctx, req.FromImage, req.Auth())
+	auth := req.Auth()
+	if auth == nil && !b.OperatorAuth {
+		auth = authn.Anonymous
+	}
+	img, err := b.Store.Fetch(ctx, req.FromImage, auth, b.Registries)
 	if err != nil {
 		return nil, err
 	}

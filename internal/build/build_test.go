@@ -136,7 +136,8 @@ func TestUploadToken(t *testing.T) {
 	if !s.CheckUpload("app", "h", tok, exp.Unix()) {
 		t.Error("a good token was refused")
 	}
-	for _, c := range [][3]string{{"other", "h", tok}, {"app", "h2", tok}, {"app", "h", tok[:len(tok)-1] + "0"}} {
+	flipped := tok[:len(tok)-1] + map[bool]string{true: "1", false: "0"}[tok[len(tok)-1] == '0']
+	for _, c := range [][3]string{{"other", "h", tok}, {"app", "h2", tok}, {"app", "h", flipped}} {
 		if s.CheckUpload(c[0], c[1], c[2], exp.Unix()) {
 			t.Errorf("%v was accepted", c)
 		}

@@ -68,7 +68,12 @@ func (f *Files) Put(hash string, r io.Reader) error {
 	if n > f.limit {
 		return fmt.Errorf("%w: at most %d bytes", ErrTooLarge, f.limit)
 	}
-	return os.Rename(tmp.Name(), f.path(hash))
+	// The first upload of a hash stays: a replayed URL must not swap
+	// the files of a build that used them.
+	if err := os.Link(tmp.Name(), f.path(hash)); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // open returns the upload of hash as an uncompressed tar stream.
@@ -78,7 +83,7 @@ func (f *Files) open(hash string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("the files of this COPY (%s) were not uploaded", hash)
 	}
 	if err != nil {
-		return nil, err
+		return nil, internal("the files of this COPY could not be read", err)
 	}
 	br := bufio.NewReader(file)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -292,5 +297,8 @@ func (f *Files) PutContext(ctxDir, src string) (string, error) {
 		return "", err
 	}
 	hash := hex.EncodeToString(h.Sum(nil))
-	return hash, os.Rename(tmp.Name(), f.path(hash))
+	if err := os.Link(tmp.Name(), f.path(hash)); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	return hash, nil
 }

@@ -50,11 +50,13 @@ type Build struct {
 	Resources  image.Resources
 	Created    time.Time
 
-	mu      sync.Mutex
-	status  string // waiting, building, ready, error
-	started bool
-	logs    []LogEntry
-	reason  *Reason
+	mu       sync.Mutex
+	status   string // waiting, building, ready, error
+	started  bool
+	ended    time.Time
+	logs     []LogEntry
+	logBytes int
+	reason   *Reason
 }
 
 // LogEntry is a line of a build's log, as E2B's API has it.
@@ -80,8 +82,19 @@ type Status struct {
 	Reason     *Reason    `json:"reason,omitempty"`
 }
 
-// maxLog bounds the lines a build's log keeps.
-const maxLog = 20000
+// A build's log keeps at most maxLog lines and maxLogBytes bytes; a
+// build is forgotten keepBuild after it ended (or was requested and never
+// started), and at most maxBuilds are known at once.
+const (
+	maxLog      = 20000
+	maxLogBytes = 4 << 20
+	keepBuild   = time.Hour
+	maxBuilds   = 1000
+)
+
+// ErrTooMany: too many builds are known; older ones are forgotten after
+// keepBuild.
+var ErrTooMany = errors.New("too many builds")
 
 func (s *Service) init() {
 	s.once.Do(func() {
@@ -134,13 +147,40 @@ func StoreName(id, tag string) string {
 }
 
 // Request registers a build of the template id with tags.
-func (s *Service) Request(id string, tags []string, res image.Resources) *Build {
+func (s *Service) Request(id string, tags []string, res image.Resources) (*Build, error) {
 	s.init()
+	for _, t := range tags {
+		if len(StoreName(id, t)) > 128 {
+			return nil, fmt.Errorf("template name %s:%s is longer than 128 characters", id, t)
+		}
+	}
 	b := &Build{TemplateID: id, BuildID: newID(), Tags: tags, Resources: res, Created: time.Now(), status: "waiting"}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	for bid, old := range s.builds {
+		if old.forgotten() {
+			delete(s.builds, bid)
+		}
+	}
+	if len(s.builds) >= maxBuilds {
+		return nil, fmt.Errorf("%w: %d are known; finished ones are forgotten after %s", ErrTooMany, maxBuilds, keepBuild)
+	}
 	s.builds[b.BuildID] = b
-	s.mu.Unlock()
-	return b
+	return b, nil
+}
+
+// forgotten reports whether the build ended, or was never started, long
+// enough ago to be forgotten.
+func (b *Build) forgotten() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.started:
+		return time.Since(b.Created) > keepBuild
+	case !b.ended.IsZero():
+		return time.Since(b.ended) > keepBuild
+	}
+	return false
 }
 
 // Get returns the build buildID of template id.
@@ -197,7 +237,12 @@ func (s *Service) run(b *Build, req *Request) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = &StepError{"finalize", fmt.Errorf("the build did not finish within %s", s.Timeout)}
 		}
-		s.Log.Info("template build failed", "template", b.TemplateID, "build", b.BuildID, "err", err)
+		var ie *InternalError
+		if errors.As(err, &ie) {
+			s.Log.Error("template build failed", "template", b.TemplateID, "build", b.BuildID, "err", ie.Cause)
+		} else {
+			s.Log.Info("template build failed", "template", b.TemplateID, "build", b.BuildID, "err", err)
+		}
 		b.fail(err)
 		return
 	}
@@ -233,16 +278,23 @@ func (b *Build) log(level, msg string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case len(b.logs) < maxLog:
+	case len(b.logs) < maxLog && b.logBytes+len(msg) <= maxLogBytes:
 		b.logs = append(b.logs, LogEntry{time.Now().UTC(), level, msg})
-	case len(b.logs) == maxLog:
-		b.logs = append(b.logs, LogEntry{time.Now().UTC(), "warn", "the log is cut here: " + strconv.Itoa(maxLog) + " lines at most"})
+		b.logBytes += len(msg)
+	case b.logBytes <= maxLogBytes:
+		b.logs = append(b.logs, LogEntry{time.Now().UTC(), "warn", "the log is cut here: " + strconv.Itoa(maxLog) + " lines or 4 MiB at most"})
+		b.logBytes = maxLogBytes + 1
+	case level == "error":
+		b.logs = append(b.logs, LogEntry{time.Now().UTC(), level, msg}) // why it failed, always
 	}
 }
 
 func (b *Build) setStatus(st string) {
 	b.mu.Lock()
 	b.status = st
+	if st == "ready" || st == "error" {
+		b.ended = time.Now()
+	}
 	b.mu.Unlock()
 }
 
@@ -254,7 +306,7 @@ func (b *Build) fail(err error) {
 	}
 	b.log("error", err.Error())
 	b.mu.Lock()
-	b.status, b.reason = "error", r
+	b.status, b.reason, b.ended = "error", r, time.Now()
 	b.mu.Unlock()
 }
 

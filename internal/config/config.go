@@ -64,6 +64,10 @@ type Builds struct {
 	Upload   Size     `json:"upload"`   // one COPY's files; default 1G
 	// ReadyTimeout bounds a start command's wait to be ready; default 60s.
 	ReadyTimeout Duration `json:"readyTimeout"`
+	// PrivateRegistries lets clients' builds pull from registries at
+	// loopback and private addresses (a registry of the operator's own
+	// network); by default only internet addresses are dialed.
+	PrivateRegistries bool `json:"privateRegistries"`
 }
 
 // BuildSettings is the builds' configuration with its defaults filled

@@ -78,7 +78,14 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "template %s is one of the server's own: build under another name", id)
 		return
 	}
-	b := s.templates.Builds.Request(id, tags, image.Resources{CPUs: body.CPUCount, MemoryMB: body.MemoryMB, DiskMB: body.MinFreeDiskMB})
+	b, err := s.templates.Builds.Request(id, tags, image.Resources{CPUs: body.CPUCount, MemoryMB: body.MemoryMB, DiskMB: body.MinFreeDiskMB})
+	if errors.Is(err, build.ErrTooMany) {
+		writeError(w, http.StatusTooManyRequests, "%v", err)
+		return
+	} else if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	writeJSON(w, http.StatusAccepted, map[string]any{
 		"templateID": id, "buildID": b.BuildID, "tags": tags,
 		"names": []string{id}, "aliases": []string{id}, "public": false,

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -84,6 +85,11 @@ func Open(dir string, lim Limits) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
+	// Only root may reach the layers: they keep their images' owners and
+	// modes (setuid files of uid 0 among them).
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
 	return &Store{dir: dir, limits: lim}, nil
 }
 
@@ -111,7 +117,7 @@ func (s *Store) Pull(ctx context.Context, ref, imageName string, auth authn.Auth
 		return nil, err
 	}
 	defer release()
-	rec, err := s.Fetch(ctx, ref, auth)
+	rec, err := s.Fetch(ctx, ref, auth, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +172,10 @@ func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image)
 }
 
 // Fetch is Pull without a name: the image's layers are stored, and the
-// image is returned for a build to start from, recorded nowhere.
-func (s *Store) Fetch(ctx context.Context, ref string, auth authn.Authenticator) (*Image, error) {
+// image is returned for a build to start from, recorded nowhere. A nil
+// auth asks the default keychain ($DOCKER_CONFIG: the operator's
+// credentials); transport, if not nil, carries every request.
+func (s *Store) Fetch(ctx context.Context, ref string, auth authn.Authenticator, transport http.RoundTripper) (*Image, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("image reference %q: %v", ref, err)
@@ -177,6 +185,9 @@ func (s *Store) Fetch(ctx context.Context, ref string, auth authn.Authenticator)
 		opts = append(opts, remote.WithAuth(auth))
 	} else {
 		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	if transport != nil {
+		opts = append(opts, remote.WithTransport(transport))
 	}
 	img, err := remote.Image(r, opts...)
 	if err != nil {

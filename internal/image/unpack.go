@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 )
 
 // Limits bound what one image may unpack to.
@@ -215,6 +217,11 @@ func entryName(name string) (string, error) {
 	clean := path.Clean(trimmed)
 	if clean == "" {
 		clean = "."
+	}
+	// Every entry is made by a walk from the layer's root (os.Root): its
+	// cost grows with its depth, which is bounded as a build's export is.
+	if strings.Count(clean, "/") > ocilayer.MaxDepth || len(clean) > 4096 {
+		return "", refuse("entry %q is deeper than %d directories or longer than 4096 bytes", name[:min(len(name), 64)]+"…", ocilayer.MaxDepth)
 	}
 	return clean, nil
 }

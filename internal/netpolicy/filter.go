@@ -12,19 +12,7 @@ import (
 // address rule names them: a name that resolves into them (DNS rebinding)
 // never opens them. The host's own addresses and the sandboxes' subnet
 // are added per Host.
-var reserved = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
-	netip.MustParsePrefix("10.0.0.0/8"),     // private
-	netip.MustParsePrefix("100.64.0.0/10"),  // carrier-grade NAT
-	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
-	netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata (169.254.169.254)
-	netip.MustParsePrefix("172.16.0.0/12"),  // private
-	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
-	netip.MustParsePrefix("192.168.0.0/16"), // private
-	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking, used inside data centres
-	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
-	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
-}
+var reserved = policy.Reserved
 
 // Ports whose traffic carries the name it is meant for, which is then
 // checked: the HTTP Host header and the TLS server name.

@@ -4,6 +4,7 @@ package ocilayer
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,48 +31,70 @@ import (
 // out. The top-level entries in skip (mount points such as "dev" and
 // "proc") are left out too. The layer is then unpacked like any other
 // (image.Store.AddLayer), with all its checks.
-func WriteUpperLayer(w io.Writer, dir *os.File, idBase int, skip []string) error {
+//
+// The walk ends with ctx, and at more than maxEntries entries or MaxDepth
+// levels of directories: what the sandbox made must not cost the host
+// more than the layer's own limits allow.
+func WriteUpperLayer(ctx context.Context, w io.Writer, dir *os.File, idBase, maxEntries int, skip []string) error {
 	tw := tar.NewWriter(w)
-	e := &exporter{tw: tw, idBase: idBase, links: map[[2]uint64]string{}, skip: skip}
+	e := &exporter{ctx: ctx, tw: tw, idBase: idBase, left: maxEntries, links: map[[2]uint64]string{}, skip: skip}
 	fd, err := unix.Dup(int(dir.Fd()))
 	if err != nil {
 		return err
 	}
-	if err := e.dir(fd, ""); err != nil {
+	if err := e.dir(fd, "", 0); err != nil {
 		return err
 	}
 	return tw.Close()
 }
 
+// MaxDepth bounds how deep a layer's directories go: the cost of
+// unpacking an entry grows with its depth.
+const MaxDepth = 128
+
 type exporter struct {
+	ctx    context.Context
 	tw     *tar.Writer
 	idBase int
+	left   int                  // entries the layer may still have
 	links  map[[2]uint64]string // device and inode → first name, for hardlinks
 	skip   []string
 }
 
 // dir writes the entries of the directory fd (closed here), which is rel
-// in the layer ("" for its root), sorted by name.
-func (e *exporter) dir(fd int, rel string) error {
+// in the layer ("" for its root) at depth, a batch of names at a time.
+func (e *exporter) dir(fd int, rel string, depth int) error {
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return fmt.Errorf("read %s/: %w", rel, err)
+	if depth > MaxDepth {
+		return fmt.Errorf("%s is more than %d directories deep", rel, MaxDepth)
 	}
-	slices.Sort(names)
-	for _, name := range names {
-		if rel == "" && slices.Contains(e.skip, name) {
-			continue
+	for {
+		names, err := f.Readdirnames(1024)
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		if err := e.entry(fd, rel, name); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("read %s/: %w", rel, err)
+		}
+		for _, name := range names {
+			if rel == "" && slices.Contains(e.skip, name) {
+				continue
+			}
+			if e.left--; e.left < 0 {
+				return errors.New("the layer has too many entries")
+			}
+			if err := e.ctx.Err(); err != nil {
+				return err
+			}
+			if err := e.entry(fd, rel, name, depth); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
 }
 
-func (e *exporter) entry(parent int, rel, name string) error {
+func (e *exporter) entry(parent int, rel, name string, depth int) error {
 	p := path.Join(rel, name)
 	var st unix.Stat_t
 	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -100,7 +123,7 @@ func (e *exporter) entry(parent int, rel, name string) error {
 				return err
 			}
 		}
-		return e.dir(fd, p)
+		return e.dir(fd, p, depth+1)
 	case unix.S_IFREG:
 		key := [2]uint64{st.Dev, st.Ino}
 		if first, ok := e.links[key]; ok && st.Nlink > 1 {

@@ -3,8 +3,12 @@ package ocilayer
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -72,5 +76,44 @@ func TestFromOverlayTar(t *testing.T) {
 	bad := tarOf(t, &tar.Header{Name: "x", Typeflag: tar.TypeReg, Uid: 70000})
 	if err := FromOverlayTar(io.Discard, bad, nil); err == nil || !strings.Contains(err.Error(), "outside the sandbox's ids") {
 		t.Errorf("an owner past the sandbox's ids: %v", err)
+	}
+}
+
+// The export of a writable layer stops at its limits and with its
+// context: what a sandbox made must not cost the host without bound.
+func TestWriteUpperLayerLimits(t *testing.T) {
+	dir := t.TempDir()
+	deep := dir
+	for range MaxDepth + 2 {
+		deep = filepath.Join(deep, "d")
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		os.WriteFile(filepath.Join(dir, fmt.Sprint("f", i)), []byte("x"), 0o644)
+	}
+	export := func(ctx context.Context, entries int) error {
+		f, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return WriteUpperLayer(ctx, io.Discard, f, os.Getuid(), entries, nil)
+	}
+	if err := export(context.Background(), 1<<20); err == nil || !strings.Contains(err.Error(), "directories deep") {
+		t.Errorf("a tree deeper than %d: %v", MaxDepth, err)
+	}
+	os.RemoveAll(filepath.Join(dir, "d"))
+	if err := export(context.Background(), 5); err == nil || !strings.Contains(err.Error(), "too many entries") {
+		t.Errorf("more entries than allowed: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := export(ctx, 1<<20); !errors.Is(err, context.Canceled) {
+		t.Errorf("a canceled export: %v", err)
+	}
+	if err := export(context.Background(), 1<<20); err != nil {
+		t.Errorf("within the limits: %v", err)
 	}
 }

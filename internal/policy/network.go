@@ -172,3 +172,37 @@ func (n *Network) Validate() error {
 	}
 	return nil
 }
+
+// Reserved are the IPv4 destinations that are not the internet: this
+// network, private and carrier-grade NAT ranges, loopback, link-local
+// (cloud metadata), protocol assignments, benchmarking, multicast and
+// reserved space. A sandbox reaches none unless an address rule names it;
+// the daemon pulls a client's images from none.
+var Reserved = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
+	netip.MustParsePrefix("10.0.0.0/8"),     // private
+	netip.MustParsePrefix("100.64.0.0/10"),  // carrier-grade NAT
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata (169.254.169.254)
+	netip.MustParsePrefix("172.16.0.0/12"),  // private
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("192.168.0.0/16"), // private
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking, used inside data centres
+	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
+}
+
+// Public reports whether ip is an internet address: IPv4 outside
+// Reserved, or global unicast IPv6 outside unique-local space.
+func Public(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		for _, p := range Reserved {
+			if p.Contains(ip) {
+				return false
+			}
+		}
+		return true
+	}
+	return ip.IsGlobalUnicast() && !ip.IsPrivate()
+}

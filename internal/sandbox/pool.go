@@ -68,6 +68,9 @@ func (p *pool) fill() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
+		if p.dynamic && !p.current() {
+			return // its template changed or is gone: its filler drains it
+		}
 		for p.wanted() && p.ctx.Err() == nil {
 			inst, err := p.m.backendOf(&p.tmpl).Start(p.ctx, p.tmpl.Policy, nil)
 			if err != nil {
@@ -176,6 +179,22 @@ func prepare(ctx context.Context, t *Template, inst Instance) error {
 	tr := agentTransport(inst)
 	defer tr.CloseIdleConnections()
 	return t.Ready(ctx, &agentproto.Client{Transport: tr})
+}
+
+// current reports whether a Source's template is still the pool's, and
+// if not retires the pool.
+func (p *pool) current() bool {
+	t, err := p.m.cfg.Source.Template(p.tmpl.Name)
+	if err == nil && t.Version == p.tmpl.Version {
+		return true
+	}
+	p.m.mu.Lock()
+	if p.m.pools[p.tmpl.Name] == p {
+		delete(p.m.pools, p.tmpl.Name)
+	}
+	p.m.mu.Unlock()
+	p.cancel()
+	return false
 }
 
 // newPool starts the filler of a pool of t.

@@ -103,6 +103,11 @@ func (s *agentSandbox) Wait() error {
 // freezer), until Resume.
 func (s *agentSandbox) Pause(ctx context.Context) error { return s.cg.Freeze(ctx, true) }
 
+// maxLayerEntries bounds the files an exported layer may have (as
+// image.DefaultLimits does the unpacking's), and the inodes of the
+// writable layer's tmpfs.
+const maxLayerEntries = 1 << 20
+
 // ExportRoot writes the sandbox's writable layer as an image layer, the
 // sandbox paused meanwhile so that what is read is one state of it.
 func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
@@ -111,13 +116,13 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	}
 	// Reading a sandbox that runs is safe (WriteUpperLayer trusts nothing
 	// of it); pausing it, where the host has a freezer, makes what is
-	// read one state of it.
-	if s.cg.Freeze(ctx, true) == nil {
-		defer s.cg.Freeze(context.Background(), false)
-	}
+	// read one state of it. Thawed whatever the freeze said: it may have
+	// frozen the sandbox and then failed waiting.
+	s.cg.Freeze(ctx, true)
+	defer s.cg.Freeze(context.Background(), false)
 	// dev and proc are the mount points of what init attached there; /tmp
 	// is the sandbox's scratch space, left out of a layer as on gVisor.
-	return ocilayer.WriteUpperLayer(w, s.upper, s.HostUID-layout.UID, []string{"dev", "proc", "tmp", layout.CodeDir[1:]})
+	return ocilayer.WriteUpperLayer(ctx, w, s.upper, s.HostUID-layout.UID, maxLayerEntries, []string{"dev", "proc", "tmp", layout.CodeDir[1:]})
 }
 
 // Resume restarts a paused sandbox.

@@ -89,7 +89,9 @@ func receiveLayers(fd, n int) ([]int, error) {
 // the writable layer (u), overlayfs' work directory (w) and the layers'
 // mount points (l/N).
 func imageRoot(dir string, layers []int, diskBytes int64) (*rootBuilder, error) {
-	opts := fmt.Sprintf("size=%d,mode=0755", diskBytes)
+	// nr_inodes: the files of a layer are bounded, and so is the kernel
+	// memory their inodes take.
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, maxLayerEntries)
 	if err := unix.Mount("airlock", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return nil, fmt.Errorf("mount root tmpfs: %w", err)
 	}
