@@ -141,7 +141,18 @@ func (p *progress) log(level, msg string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.tty {
-		fmt.Fprintln(p.w, msg)
+		if level != "progress" {
+			fmt.Fprintln(p.w, msg)
+		}
+		return
+	}
+	if level == "progress" {
+		// The status line only: a download's progress is not a log line.
+		if p.step == "" {
+			p.at = time.Now()
+		}
+		p.step = msg
+		p.redraw()
 		return
 	}
 	fmt.Fprint(p.w, "\r\033[K")

@@ -105,7 +105,12 @@ func templateCmd(args []string) error {
 		return buildTemplate(ctx, store, *stateDir, a[0], *file, *contextDir, *noCache, *netMode)
 	case "pull":
 		fmt.Fprintf(os.Stderr, "pulling %s\n", a[1])
+		out := newProgress(os.Stderr)
+		ctx := image.WithProgress(ctx, func(layer, layers int, n int64) {
+			out.log("progress", fmt.Sprintf("layer %d of %d: %.1f MB", layer, layers, float64(n)/1e6))
+		})
 		img, err = store.Pull(ctx, a[1], a[0], nil)
+		out.stop()
 	case "import":
 		if _, err := os.Stat(a[1]); err != nil {
 			return usageError{fmt.Sprintf("image archive %s: %v", a[1], errors.Unwrap(err))}

@@ -342,6 +342,9 @@ func (b *Builder) base(ctx context.Context, req *Request, log Logger) (*image.Im
 	if auth == nil && !b.OperatorAuth {
 		auth = authn.Anonymous
 	}
+	ctx = image.WithProgress(ctx, func(layer, layers int, n int64) {
+		log("progress", fmt.Sprintf("pulling %s: layer %d of %d, %.1f MB", req.FromImage, layer, layers, float64(n)/1e6))
+	})
 	img, err := b.Store.Fetch(ctx, req.FromImage, auth, b.Registries)
 	if err != nil {
 		return nil, err

@@ -275,6 +275,9 @@ func (b *Build) Status(offset int) *Status {
 }
 
 func (b *Build) log(level, msg string) {
+	if level == "progress" {
+		level = "debug" // E2B's levels: debug, info, warn, error
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {

@@ -171,6 +171,18 @@ func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image)
 	return rec, s.Save(rec)
 }
 
+// Progress is told, as an image is stored, which layer is being
+// unpacked and how many bytes of it so far (at most every half second,
+// and once when each layer starts); cached layers are not reported.
+type Progress func(layer, layers int, bytes int64)
+
+type progressKey struct{}
+
+// WithProgress returns ctx with p, which Pull, Fetch and Import report to.
+func WithProgress(ctx context.Context, p Progress) context.Context {
+	return context.WithValue(ctx, progressKey{}, p)
+}
+
 // Fetch is Pull without a name: the image's layers are stored, and the
 // image is returned for a build to start from, recorded nowhere. A nil
 // auth asks the default keychain ($DOCKER_CONFIG: the operator's
@@ -225,7 +237,11 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 		if err != nil {
 			return nil, err
 		}
-		size, err := s.addLayer(l, want.String(), s.limits.ImageBytes-rec.Size)
+		var report func(int64)
+		if p, ok := ctx.Value(progressKey{}).(Progress); ok {
+			report = func(n int64) { p(i+1, len(layers), n) }
+		}
+		size, err := s.addLayer(l, want.String(), s.limits.ImageBytes-rec.Size, report)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
 		}
@@ -296,7 +312,7 @@ func (s *Store) Limits() Limits { return s.limits }
 
 // addLayer unpacks l unless the store has it. It is unpacked aside and
 // renamed into place, so that a layer in the store is always whole.
-func (s *Store) addLayer(l v1.Layer, diffID string, budget int64) (int64, error) {
+func (s *Store) addLayer(l v1.Layer, diffID string, budget int64, report func(int64)) (int64, error) {
 	dir, err := s.layerDir(diffID)
 	if err != nil {
 		return 0, err
@@ -309,11 +325,16 @@ func (s *Store) addLayer(l v1.Layer, diffID string, budget int64) (int64, error)
 		return 0, fmt.Errorf("read layer: %w", err)
 	}
 	defer rc.Close()
+	var r io.Reader = rc
+	if report != nil {
+		report(0)
+		r = &counting{r: rc, report: report}
+	}
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "layers"), ".new-")
 	if err != nil {
 		return 0, err
 	}
-	size, got, err := unpack(rc, tmp, s.limits, budget)
+	size, got, err := unpack(r, tmp, s.limits, budget)
 	if err == nil && got != diffID {
 		err = refuse("the layer's content does not match its digest %s", diffID)
 	}
@@ -525,4 +546,22 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// counting reports the bytes read through it, at most every half second.
+type counting struct {
+	r      io.Reader
+	n      int64
+	last   time.Time
+	report func(int64)
+}
+
+func (c *counting) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if time.Since(c.last) > 500*time.Millisecond {
+		c.last = time.Now()
+		c.report(c.n)
+	}
+	return n, err
 }
