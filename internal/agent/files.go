@@ -152,7 +152,7 @@ func (a *Agent) writeFile(id identity, dest string, body io.Reader) (writtenFile
 	}
 	p := a.resolveAs(id, dest)
 	var fail *agentproto.Error
-	a.as(id, func() error {
+	err := a.as(id, func() error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			fail = fsError(filepath.Dir(p), err)
 			return nil
@@ -171,6 +171,9 @@ func (a *Agent) writeFile(id identity, dest string, body io.Reader) (writtenFile
 		}
 		return nil
 	})
+	if err != nil { // the identity could not be taken: nothing was written
+		return writtenFile{}, asError(err)
+	}
 	if fail != nil {
 		return writtenFile{}, fail
 	}

@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"errors"
 	"net/http"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
@@ -88,9 +92,14 @@ func (a *Agent) resolveAs(id identity, p string) string {
 }
 
 // as runs f with the file-system identity of id: where the agent is root
-// and id is not, on a thread whose fsuid and fsgid are id's, so that the
+// and id is not, on a thread whose effective uid, gid and groups are id's
+// (its saved uid stays 0, to come back) and whose effective set holds
+// none of the capabilities that override file permissions, so that the
 // kernel checks every access as it would id's own, and what f makes is
-// id's. (The fsuid is per thread; the process's own ids never change.)
+// id's. All of it is per thread (raw syscalls, not Go's, which change
+// every thread); the process's own ids never change. Not setfsuid: gVisor
+// does not implement it. The capabilities are dropped explicitly too:
+// Linux drops them with the uid, gVisor might not.
 func (a *Agent) as(id identity, f func() error) error {
 	if !a.root || id.uid == 0 {
 		return f()
@@ -98,20 +107,95 @@ func (a *Agent) as(id identity, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// setfsuid reports the previous id and no error: read it back.
-		syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(id.gid), 0, 0)
-		syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(id.uid), 0, 0)
-		if cur, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, ^uintptr(0), 0, 0); int(cur) != id.uid {
-			errc <- errorf(agentproto.CodeInternal, "cannot act as %s", id.name)
+		restore, err := actAs(id)
+		if err != nil {
+			errc <- errorf(agentproto.CodeInternal, "cannot act as %s: %v", id.name, err)
 			return // the thread stays locked, and goes
 		}
-		err := f()
-		syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
-		syscall.RawSyscall(syscall.SYS_SETFSGID, 0, 0, 0)
-		if cur, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, ^uintptr(0), 0, 0); cur == 0 {
+		err = f()
+		if restore() {
 			runtime.UnlockOSThread()
 		}
 		errc <- err
 	}()
 	return <-errc
+}
+
+// fsCaps are the capabilities that override file permissions (the
+// kernel's CAP_FS_MASK).
+var fsCaps = []uint{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER,
+	unix.CAP_FSETID, unix.CAP_MKNOD, unix.CAP_LINUX_IMMUTABLE, unix.CAP_MAC_OVERRIDE}
+
+// actAs makes the calling (locked) thread id for file access, and returns
+// what undoes it, which reports whether the thread is root's again. On
+// any failure the thread is left as it is: the caller abandons it.
+func actAs(id identity) (restore func() bool, err error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var saved [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &saved[0]); err != nil {
+		return nil, err
+	}
+	groups := make([]uint32, 64)
+	n, _, errno := syscall.RawSyscall(syscall.SYS_GETGROUPS, uintptr(len(groups)), uintptr(unsafe.Pointer(&groups[0])), 0)
+	if errno != 0 {
+		return nil, errno
+	}
+	groups = groups[:n]
+	restore = func() bool {
+		// euid 0 first: it may be had back from the saved uid without a
+		// capability, and the rest needs root's.
+		if setres(syscall.SYS_SETRESUID, 0) != nil {
+			return false
+		}
+		caps := saved
+		if unix.Capset(&hdr, &caps[0]) != nil || setres(syscall.SYS_SETRESGID, 0) != nil || setGroups(groups) != nil {
+			return false
+		}
+		euid, _, _ := syscall.RawSyscall(syscall.SYS_GETEUID, 0, 0, 0)
+		return euid == 0
+	}
+	dropped := saved
+	for _, c := range fsCaps {
+		dropped[c/32].Effective &^= 1 << (c % 32)
+	}
+	// Groups and gid while the thread still may set them, the uid last.
+	if err := setGroups([]uint32{uint32(id.gid)}); err != nil {
+		return nil, err
+	}
+	if err := setres(syscall.SYS_SETRESGID, id.gid); err != nil {
+		return nil, err
+	}
+	if err := unix.Capset(&hdr, &dropped[0]); err != nil {
+		return nil, err
+	}
+	if err := setres(syscall.SYS_SETRESUID, id.uid); err != nil {
+		return nil, err
+	}
+	if euid, _, _ := syscall.RawSyscall(syscall.SYS_GETEUID, 0, 0, 0); int(euid) != id.uid {
+		return nil, errors.New("the thread's uid did not change")
+	}
+	return restore, nil
+}
+
+// setres sets the calling thread's effective uid or gid (trap
+// SYS_SETRESUID or SYS_SETRESGID), leaving the real and saved ones.
+func setres(trap uintptr, v int) error {
+	keep := ^uintptr(0) // -1: unchanged
+	if _, _, errno := syscall.RawSyscall(trap, keep, uintptr(v), keep); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// setGroups sets the calling thread's supplementary groups only (the raw
+// syscall; libc's and Go's set every thread's).
+func setGroups(g []uint32) error {
+	var p unsafe.Pointer
+	if len(g) > 0 {
+		p = unsafe.Pointer(&g[0])
+	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETGROUPS, uintptr(len(g)), uintptr(p), 0); errno != 0 {
+		return errno
+	}
+	return nil
 }

@@ -84,6 +84,18 @@ test('Template builder: fromImage, envs, runCmd, copy, workdir, user, start and 
     // The whole root is writable, by root; the user's own files by the user.
     assert.equal(await run(sbx, 'id -u && echo x > /etc/written && cat /etc/written', { user: 'root' }), '0\nx')
     await assert.rejects(sbx.commands.run('echo x > /etc/by-user'), (err) => /Permission denied/.test(err.stderr))
+    // Files and a terminal as root too.
+    await sbx.files.write('/etc/by-root.conf', 'rooted', { user: 'root' })
+    assert.equal(await run(sbx, 'stat -c %U /etc/by-root.conf && cat /etc/by-root.conf'), 'root\nrooted')
+    await assert.rejects(sbx.files.write('/etc/by-user.conf', 'x'), /ermission/)
+    await sbx.files.write('/home/user/mine.txt', 'mine')
+    assert.equal(await run(sbx, 'stat -c %U:%G /home/user/mine.txt /etc/by-root.conf'), 'user:user\nroot:root', 'files are made as who asked')
+    let out = ''
+    const dec = new TextDecoder()
+    const pty = await sbx.pty.create({ cols: 80, rows: 24, user: 'root', onData: (d) => { out += dec.decode(d) } })
+    await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('echo UID=$(id -u); exit\n'))
+    await pty.wait()
+    assert.match(out, /UID=0/)
   } finally {
     await sbx.kill()
   }
