@@ -109,6 +109,12 @@ func CheckName(n string) error {
 // auth, when not nil, is the registry's credentials; otherwise the
 // default keychain ($DOCKER_CONFIG) is asked.
 func (s *Store) Pull(ctx context.Context, ref, imageName string, auth authn.Authenticator) (*Image, error) {
+	return s.record(imageName, func() (*Image, error) { return s.Fetch(ctx, ref, auth, nil) })
+}
+
+// record stores the image fetch returns as name, held from a prune
+// until its record is written.
+func (s *Store) record(imageName string, fetch func() (*Image, error)) (*Image, error) {
 	if err := CheckName(imageName); err != nil {
 		return nil, err
 	}
@@ -117,7 +123,7 @@ func (s *Store) Pull(ctx context.Context, ref, imageName string, auth authn.Auth
 		return nil, err
 	}
 	defer release()
-	rec, err := s.Fetch(ctx, ref, auth, nil)
+	rec, err := fetch()
 	if err != nil {
 		return nil, err
 	}
@@ -155,20 +161,7 @@ func (s *Store) Import(ctx context.Context, path, imageName string) (*Image, err
 // replacing an image of that name. Nothing of a refused image remains
 // but the layers before the refused one, which other images may share.
 func (s *Store) Put(ctx context.Context, imageName, source string, img v1.Image) (*Image, error) {
-	if err := CheckName(imageName); err != nil {
-		return nil, err
-	}
-	release, err := s.Hold()
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	rec, err := s.Unpack(ctx, source, img)
-	if err != nil {
-		return nil, err
-	}
-	rec.Name = imageName
-	return rec, s.Save(rec)
+	return s.record(imageName, func() (*Image, error) { return s.Unpack(ctx, source, img) })
 }
 
 // Progress is told, as an image is stored, which layer is being

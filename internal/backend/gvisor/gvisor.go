@@ -424,30 +424,15 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 		return err
 	}
 	mounts = append(mounts, specs.Mount{Destination: "/etc", Type: "bind", Source: etc, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
-	if len(spec.Files) > 0 {
-		if err := os.MkdirAll(filepath.Join(root, layout.CodeDir), 0o755); err != nil {
-			return err
-		}
-		code := filepath.Join(b.dir, "code")
-		if err := os.MkdirAll(code, 0o755); err != nil {
-			return err
-		}
-		for _, f := range spec.Files {
-			if err := os.WriteFile(filepath.Join(code, f.Name), f.Data, 0o444); err != nil {
-				return err
-			}
-		}
-		mounts = append(mounts, specs.Mount{Destination: layout.CodeDir, Type: "bind", Source: code, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	code, err := b.codeMount(spec)
+	if err != nil {
+		return err
 	}
-	for _, m := range p.Mounts {
-		opts := []string{"rbind", "nosuid", "nodev"}
-		if m.ReadOnly {
-			opts = append(opts, "ro")
-		}
-		if err := os.MkdirAll(filepath.Join(root, m.Target), 0o755); err != nil {
+	for _, m := range append(code, userMounts(p)...) {
+		if err := os.MkdirAll(filepath.Join(root, m.Destination), 0o755); err != nil {
 			return err
 		}
-		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+		mounts = append(mounts, m)
 	}
 	for _, m := range extra {
 		// A mount point of the source's kind: a file for a file.
@@ -528,6 +513,37 @@ func (be *Backend) writeConfig(b *bundle, spec *backend.Spec, mounts []specs.Mou
 	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o644)
 }
 
+// codeMount writes spec's files into the bundle and returns their
+// read-only mount at layout.CodeDir; none without files.
+func (b *bundle) codeMount(spec *backend.Spec) ([]specs.Mount, error) {
+	if len(spec.Files) == 0 {
+		return nil, nil
+	}
+	dir := filepath.Join(b.dir, "code")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range spec.Files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o444); err != nil {
+			return nil, err
+		}
+	}
+	return []specs.Mount{{Destination: layout.CodeDir, Type: "bind", Source: dir, Options: []string{"rbind", "ro", "nosuid", "nodev"}}}, nil
+}
+
+// userMounts are the bind mounts of p's host paths.
+func userMounts(p *policy.Policy) []specs.Mount {
+	var mounts []specs.Mount
+	for _, m := range p.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	return mounts
+}
+
 // noCaps: no capability in any set, and none to be gained.
 func noCaps() *specs.LinuxCapabilities {
 	return &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}}
@@ -545,31 +561,15 @@ func rootCaps() *specs.LinuxCapabilities {
 func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs.Mount) error {
 	p := &spec.Policy
 	b.image, b.overlay = true, p.DiskBytes
-	code := []specs.Mount{}
-	if len(spec.Files) > 0 {
-		dir := filepath.Join(b.dir, "code")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		for _, f := range spec.Files {
-			if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o444); err != nil {
-				return err
-			}
-		}
-		code = append(code, specs.Mount{Destination: layout.CodeDir, Type: "bind", Source: dir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	code, err := b.codeMount(spec)
+	if err != nil {
+		return err
 	}
 	// /tmp a tmpfs of the disk limit, as in every sandbox (runsc would
 	// mount one without a limit); the root's writable layer has its own.
 	mounts := []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", p.DiskBytes)}}}
-	for _, m := range p.Mounts {
-		opts := []string{"rbind", "nosuid", "nodev"}
-		if m.ReadOnly {
-			opts = append(opts, "ro")
-		}
-		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
-	}
-	mounts = append(append(mounts, code...), extra...)
+	mounts = append(append(append(mounts, userMounts(p)...), code...), extra...)
 	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[2:])
 	if err != nil {
 		return err
