@@ -253,9 +253,13 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, private: map[*Private]struct{}{},
 		ctx: ctx, cancel: cancel,
 	}
+	// Under the lock: each filler reads the pools (pooledMemory) as soon
+	// as it starts.
+	m.mu.Lock()
 	for _, t := range cfg.Templates {
 		m.pools[t.Name] = m.newPool(t, false)
 	}
+	m.mu.Unlock()
 	return m
 }
 
