@@ -244,7 +244,7 @@ type hostNetwork struct {
 
 func (n *hostNetwork) Attach(ctx context.Context, id string, pol policy.Network) (sandbox.NetAttachment, error) {
 	if n.unavailable != nil {
-		return nil, fmt.Errorf("%w: this host cannot give sandboxes a network (the server log says why): create without allowInternetAccess and network.allowOut/denyOut", sandbox.ErrInvalid)
+		return nil, fmt.Errorf("%w: this host cannot give sandboxes a network (the server log says why): create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut", sandbox.ErrInvalid)
 	}
 	a, err := n.h.Attach(ctx, id, pol)
 	if err != nil {

@@ -399,7 +399,34 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid metadata filter: %v", err)
 		return
 	}
-	all := s.m.List(filter)
+	all := s.m.List(filter) // oldest first
+	// Newest first unless ?order=asc, as on E2B.
+	desc := true
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		desc = false
+	default:
+		writeError(w, http.StatusBadRequest, "order must be asc or desc, not %q", q.Get("order"))
+		return
+	}
+	if desc {
+		slices.Reverse(all)
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		after, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "startedAfter %q is not an RFC 3339 time", v)
+			return
+		}
+		kept := all[:0]
+		for _, sb := range all {
+			if !sb.StartedAt.Before(after) {
+				kept = append(kept, sb)
+			}
+		}
+		all = kept
+	}
 	// ?state=running,paused (repeated or comma-separated): those states only.
 	if states := q["state"]; len(states) > 0 {
 		want := map[string]bool{}
@@ -428,7 +455,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	// Paging: the page starts after the place nextToken marks, even when
 	// the sandbox there is gone (a client that kills what it lists).
 	if tok := q.Get("nextToken"); tok != "" {
-		after, ok := afterToken(tok)
+		after, ok := afterToken(tok, desc)
 		if !ok {
 			writeError(w, http.StatusBadRequest, "invalid nextToken: pass on the X-Next-Token of the previous page")
 			return
@@ -456,14 +483,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, items)
 }
 
-// pageToken marks sb's place in a list, which the manager orders by start
-// time, then id.
+// pageToken marks sb's place in a list, ordered by start time, then id.
 func pageToken(sb *sandbox.Sandbox) string {
 	return strconv.FormatInt(sb.StartedAt.UnixNano(), 10) + "." + sb.ID
 }
 
-// afterToken returns whether a sandbox comes after the place tok marks.
-func afterToken(tok string) (func(*sandbox.Sandbox) bool, bool) {
+// afterToken returns whether a sandbox comes after the place tok marks,
+// in a list newest first (desc) or oldest first.
+func afterToken(tok string, desc bool) (func(*sandbox.Sandbox) bool, bool) {
 	ns, id, ok := strings.Cut(tok, ".")
 	at, err := strconv.ParseInt(ns, 10, 64)
 	if !ok || err != nil {
@@ -471,7 +498,9 @@ func afterToken(tok string) (func(*sandbox.Sandbox) bool, bool) {
 	}
 	return func(sb *sandbox.Sandbox) bool {
 		t := sb.StartedAt.UnixNano()
-		return t > at || t == at && sb.ID > id
+		later := t > at || t == at && sb.ID > id
+		same := t == at && sb.ID == id
+		return !same && later != desc
 	}, true
 }
 

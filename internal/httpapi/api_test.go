@@ -275,8 +275,8 @@ func TestCreateGetListKill(t *testing.T) {
 		if code != http.StatusOK || json.Unmarshal(data, &items) != nil {
 			t.Fatalf("list %s: %d %s", path, code, data)
 		}
-		if len(items) != 2 || items[0].SandboxID != c.SandboxID || items[1].SandboxID != old.SandboxID {
-			t.Errorf("list %s: %s, want both, oldest first", path, data)
+		if len(items) != 2 || items[0].SandboxID != old.SandboxID || items[1].SandboxID != c.SandboxID {
+			t.Errorf("list %s: %s, want both, newest first", path, data)
 		}
 		if items[0].EnvdAccessToken != "" {
 			t.Errorf("list %s shows an access token", path)
@@ -363,6 +363,8 @@ func TestListFilters(t *testing.T) {
 		{metadata("team", "a b") + "&state=running", []created{x}},
 		{"template=base", []created{x, y, z}},
 		{"template=other", nil},
+		{"order=asc", []created{x, y, z}},
+		{"order=asc&state=running", []created{x, z}},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
 			code, data := a.call("GET", "/v2/sandboxes?"+tc.query, nil)
@@ -379,6 +381,10 @@ func TestListFilters(t *testing.T) {
 			}
 			for _, c := range tc.want {
 				want = append(want, c.SandboxID)
+			}
+			// Newest first, as on E2B, unless asked otherwise.
+			if !strings.Contains(tc.query, "order=asc") {
+				slices.Reverse(want)
 			}
 			if !slices.Equal(got, want) {
 				t.Errorf("got %v, want %v", got, want)
@@ -408,24 +414,44 @@ func TestListPaging(t *testing.T) {
 	for range 5 {
 		all = append(all, a.create(nil).SandboxID)
 	}
-	var got []string
-	query := "limit=2"
-	for pages := 0; ; pages++ {
-		if pages > len(all) {
-			t.Fatal("paging does not end")
+	for _, order := range []string{"", "&order=asc", "&order=desc"} {
+		var got []string
+		query := "limit=2" + order
+		for pages := 0; ; pages++ {
+			if pages > len(all) {
+				t.Fatal("paging does not end")
+			}
+			ids, next := a.page(query)
+			if len(ids) > 2 {
+				t.Fatalf("page of %d, want at most 2", len(ids))
+			}
+			got = append(got, ids...)
+			if next == "" {
+				break
+			}
+			query = "limit=2" + order + "&nextToken=" + url.QueryEscape(next)
 		}
-		ids, next := a.page(query)
-		if len(ids) > 2 {
-			t.Fatalf("page of %d, want at most 2", len(ids))
+		want := slices.Clone(all)
+		if order != "&order=asc" {
+			slices.Reverse(want) // newest first
 		}
-		got = append(got, ids...)
-		if next == "" {
-			break
+		if !slices.Equal(got, want) {
+			t.Errorf("pages%s gave %v, want %v", order, got, want)
 		}
-		query = "limit=2&nextToken=" + url.QueryEscape(next)
 	}
-	if !slices.Equal(got, all) {
-		t.Errorf("pages gave %v, want %v", got, all)
+	// startedAfter: those started at or after a time.
+	code, _, data := a.do("GET", "/sandboxes/"+all[2], nil, http.Header{"X-Api-Key": {key}})
+	var third struct{ StartedAt time.Time }
+	if code != http.StatusOK || json.Unmarshal(data, &third) != nil {
+		t.Fatalf("get: %d %s", code, data)
+	}
+	if ids, _ := a.page("order=asc&startedAfter=" + url.QueryEscape(third.StartedAt.Format(time.RFC3339Nano))); !slices.Equal(ids, all[2:]) {
+		t.Errorf("startedAfter the third: %v, want %v", ids, all[2:])
+	}
+	for _, bad := range []string{"order=up", "startedAfter=yesterday"} {
+		if code, _, _ := a.do("GET", "/v2/sandboxes?"+bad, nil, http.Header{"X-Api-Key": {key}}); code != http.StatusBadRequest {
+			t.Errorf("?%s: %d, want 400", bad, code)
+		}
 	}
 	if ids, next := a.page("limit=5"); len(ids) != 5 || next != "" {
 		t.Errorf("limit=5 of 5: %d items, next %q; want 5 and no next page", len(ids), next)

@@ -66,7 +66,7 @@ func (i netInstance) ExportRoot(ctx context.Context, w io.Writer) error {
 // startNetworked starts a sandbox of policy p in a network made for it.
 func (m *Manager) startNetworked(ctx context.Context, b Backend, id string, p policy.Policy) (Instance, NetAttachment, error) {
 	if m.cfg.Network == nil {
-		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network: create without allowInternetAccess and network.allowOut/denyOut", ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network: create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut (SDKs that send allowInternetAccess true by default need it said)", ErrInvalid)
 	}
 	att, err := m.cfg.Network.Attach(ctx, id, p.Network)
 	if err != nil {

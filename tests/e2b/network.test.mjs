@@ -343,3 +343,34 @@ test('nothing of a sandbox network outlives the sandbox', { skip }, async () => 
   assert.deepEqual(sandboxElements(), elements)
   assert.deepEqual(await settled(sandboxLinks, links), links)
 })
+
+// SDKs around 2.45 send allow_internet_access: true on every create, as
+// E2B's default is the internet: with their defaults a sandbox gets it.
+// A server that gives sandboxes no network refuses them, naming the
+// field and how to do without.
+test('an older SDK (e2b 2.45.0) creates with its defaults', { skip }, async () => {
+  const { Sandbox: Old } = await import('e2b-245')
+  const sbx = await Old.create({ timeoutMs: 60_000 })
+  try {
+    await sbx.files.write('/home/user/probe.py', probeScript)
+    await sbx.files.write('/home/user/lab-ca.pem', readFileSync(process.env.AIRLOCK_LAB_CA, 'utf8'))
+    await expectOK(sbx, /for allowed\.test/, 'http', 'http://allowed.test/')
+    await expectFail(sbx, 'http', 'http://169.254.169.254/')
+  } finally {
+    await sbx.kill()
+  }
+  const saved = { ...process.env }
+  const dir = mkdtempSync(join(tmpdir(), 'airlock-net-off-'))
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ network: { disabled: true }, templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  const off = await startServer(['--config', join(dir, 'config.json')])
+  try {
+    await assert.rejects(Old.create(), /allowInternetAccess.*false/)
+    const s = await Old.create({ allowInternetAccess: false })
+    assert.equal((await s.commands.run('echo isolated')).stdout, 'isolated\n')
+    await s.kill()
+  } finally {
+    await off.stop()
+    Object.assign(process.env, saved)
+    rmSync(dir, { recursive: true, force: true })
+  }
+})

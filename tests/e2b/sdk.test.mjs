@@ -26,7 +26,12 @@ test('create with metadata, envs and timeout; list and filter', async () => {
     assert.ok(ttl > 100_000 && ttl <= 120_000, `endAt ${ttl} ms away`)
 
     const both = await Sandbox.list({ query: { metadata: { suite: tag } } }).nextItems()
-    assert.deepEqual(both.map((s) => s.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort())
+    assert.deepEqual(both.map((s) => s.sandboxId), [b.sandboxId, a.sandboxId], 'newest first, as on E2B')
+    const asc = await Sandbox.list({ query: { metadata: { suite: tag } }, order: 'asc' }).nextItems()
+    assert.deepEqual(asc.map((s) => s.sandboxId), [a.sandboxId, b.sandboxId], 'order: asc')
+    const bStarted = (await b.getInfo()).startedAt
+    const later = await Sandbox.list({ query: { metadata: { suite: tag }, startedAfter: bStarted } }).nextItems()
+    assert.deepEqual(later.map((s) => s.sandboxId), [b.sandboxId], 'startedAfter')
     const onlyB = await Sandbox.list({ query: { metadata: { suite: tag, role: 'b' } } }).nextItems()
     assert.deepEqual(onlyB.map((s) => s.sandboxId), [b.sandboxId])
 
