@@ -349,6 +349,15 @@ type listItem struct {
 	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
 	Network             *networkInfo      `json:"network,omitempty"`
+	Lifecycle           *lifecycle        `json:"lifecycle,omitempty"`
+	Domain              *string           `json:"domain,omitempty"`
+}
+
+// lifecycle is E2B's SandboxLifecycle: what the timeout does, and whether
+// traffic resumes a paused sandbox.
+type lifecycle struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
 }
 
 func item(sb *sandbox.Sandbox) listItem {
@@ -514,6 +523,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	it.EnvdAccessToken = sb.AccessToken
 	internet, info := networkOf(sb)
 	it.AllowInternetAccess, it.Network = &internet, &info
+	it.Lifecycle = &lifecycle{AutoResume: sb.AutoResume, OnTimeout: sb.OnTimeout()}
+	it.Domain = &s.domain
 	writeJSON(w, http.StatusOK, it)
 }
 

@@ -134,6 +134,16 @@ type Sandbox struct {
 	paused, autoPause, gone bool
 }
 
+// OnTimeout is what the end of s's time to live does: "pause" or "kill".
+func (s *Sandbox) OnTimeout() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.autoPause {
+		return "pause"
+	}
+	return "kill"
+}
+
 // Paused reports whether s is paused.
 func (s *Sandbox) Paused() bool {
 	s.mu.Lock()

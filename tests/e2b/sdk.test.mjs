@@ -22,6 +22,7 @@ test('create with metadata, envs and timeout; list and filter', async () => {
     const info = await a.getInfo()
     assert.deepEqual(info.metadata, { suite: tag, role: 'a' })
     assert.equal(info.templateId, 'base')
+    assert.deepEqual(info.lifecycle, { onTimeout: 'kill', autoResume: false })
     const ttl = info.endAt.getTime() - Date.now()
     assert.ok(ttl > 100_000 && ttl <= 120_000, `endAt ${ttl} ms away`)
 
@@ -154,6 +155,7 @@ test('files: write, read, list, exists, rename, makeDir, remove', async () => {
     assert.deepEqual(deep.map((e) => e.path).sort(), ['/home/user/d/e', '/home/user/d/e/b.txt'])
     await sbx.files.remove('/home/user/d')
     assert.equal(await sbx.files.exists('/home/user/d'), false)
+    await sbx.files.remove('/home/user/d') // gone already: no error, as on E2B
     await assert.rejects(sbx.files.read('/home/user/d/e/b.txt'))
   } finally {
     await sbx.kill()
@@ -239,6 +241,7 @@ test('pause and connect: every process stops, memory and files stay', { skip: no
   // does, and traffic resumes one that asked for it.
   const p = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
   try {
+    assert.deepEqual((await p.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
     for (let i = 0; i < 100 && (await p.getInfo()).state !== 'paused'; i++) await sleep(100)
     assert.equal((await p.getInfo()).state, 'paused', 'paused at its timeout, not killed')
     assert.equal((await p.commands.run('echo back')).stdout, 'back\n', 'traffic resumed it')
