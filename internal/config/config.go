@@ -46,6 +46,9 @@ type Config struct {
 	Domain  string  `json:"domain"`
 	Network Network `json:"network"`
 	Builds  Builds  `json:"builds"`
+	// MetricsInterval: how often sandboxes are measured for getMetrics'
+	// history (default 5s; an hour of samples is kept).
+	MetricsInterval Duration `json:"metricsInterval"`
 	// TemplatePoolSize is how many ready sandboxes a template made from
 	// an image with a start command keeps, once it was first asked for
 	// (default 1; 0: none).
@@ -222,6 +225,7 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 		DefaultTTL:       time.Duration(cfg.DefaultTimeout),
 		MaxTTL:           time.Duration(cfg.MaxTimeout),
 		MaxSandboxes:     cfg.MaxSandboxes,
+		MetricsInterval:  time.Duration(cfg.MetricsInterval),
 	}
 	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
 		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")

@@ -78,6 +78,9 @@ type Config struct {
 	// Source finds the templates Templates does not name (the image
 	// store's); nil: only those.
 	Source TemplateSource
+	// MetricsInterval is how often running sandboxes are measured for
+	// their metrics history; 0: DefaultMetricsInterval.
+	MetricsInterval time.Duration
 }
 
 // TemplateSource finds templates by name; an unknown one is
@@ -124,14 +127,16 @@ type Sandbox struct {
 	mu    sync.Mutex
 	endAt time.Time
 	timer *time.Timer
-	// The CPU time used by the last Usage call (or the claim) and when:
-	// the next call's CPU share is over the time between.
-	cpuMark   time.Duration
-	cpuMarkAt time.Time
+	// The CPU time used at the last Usage call (or the claim) and when:
+	// the next call's CPU share is over the time between. The history's
+	// sampler keeps a mark of its own, so that neither shortens the
+	// other's interval.
+	apiMark, sampleMark cpuMark
 	// paused: every process stopped, no time to live running. autoPause:
 	// the end of its time to live pauses it instead of killing it. gone:
 	// being killed; it must not be paused again.
 	paused, autoPause, gone bool
+	history                 []Sample // the sampler's, oldest first
 }
 
 // OnTimeout is what the end of s's time to live does: "pause" or "kill".
@@ -184,7 +189,16 @@ type Usage struct {
 // Usage measures s now. Its disk use comes from the agent, which is as
 // untrusted as the code: it is bounded, and only ever shown to the
 // sandbox's own client; an agent that does not answer counts as 0.
-func (s *Sandbox) Usage(ctx context.Context) (Usage, error) {
+func (s *Sandbox) Usage(ctx context.Context) (Usage, error) { return s.usage(ctx, &s.apiMark) }
+
+// cpuMark is a sandbox's CPU time so far at a moment.
+type cpuMark struct {
+	cpu time.Duration
+	at  time.Time
+}
+
+// usage is Usage with the CPU share since mark, which moves to now.
+func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 	bu, err := s.inst.Usage(ctx)
 	if err != nil {
 		return Usage{}, err
@@ -195,10 +209,10 @@ func (s *Sandbox) Usage(ctx context.Context) (Usage, error) {
 	}
 	now := time.Now()
 	s.mu.Lock()
-	if dt := now.Sub(s.cpuMarkAt); dt > 0 && s.CPUs > 0 {
-		u.CPUPercent = min(max(100*float64(bu.CPU-s.cpuMark)/float64(dt)/s.CPUs, 0), 100)
+	if dt := now.Sub(mark.at); dt > 0 && s.CPUs > 0 {
+		u.CPUPercent = min(max(100*float64(bu.CPU-mark.cpu)/float64(dt)/s.CPUs, 0), 100)
 	}
-	s.cpuMark, s.cpuMarkAt = bu.CPU, now
+	*mark = cpuMark{bu.CPU, now}
 	s.mu.Unlock()
 	return u, nil
 }
@@ -263,6 +277,12 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, private: map[*Private]struct{}{},
 		ctx: ctx, cancel: cancel,
 	}
+	interval := cfg.MetricsInterval
+	if interval <= 0 {
+		interval = DefaultMetricsInterval
+	}
+	m.wg.Add(1)
+	go m.sample(interval)
 	// Under the lock: each filler reads the pools (pooledMemory) as soon
 	// as it starts.
 	m.mu.Lock()
@@ -472,8 +492,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		inst:         inst,
 		transport:    agentTransport(inst),
 		ports:        portTransport(inst),
-		cpuMark:      usage.CPU,
-		cpuMarkAt:    time.Now(),
+		apiMark:      cpuMark{usage.CPU, time.Now()},
+		sampleMark:   cpuMark{usage.CPU, time.Now()},
 		autoPause:    req.AutoPause,
 		AutoResume:   req.AutoResume,
 		Ingress:      req.Ingress,

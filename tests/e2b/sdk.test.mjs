@@ -3,11 +3,19 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
 import { startServer, sleep, noFreezer, countsCPU } from './harness.mjs'
 
 let server
-before(async () => { server = await startServer() })
+before(async () => {
+  // Samples for getMetrics' history twice a second (the default is 5 s).
+  const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-sdk-test-')), 'airlock.json')
+  writeFileSync(cfg, JSON.stringify({ metricsInterval: '500ms' }))
+  server = await startServer(['--config', cfg])
+})
 after(async () => {
   const { code, leftover } = await server.stop()
   assert.equal(code, 0, 'airlock serve exits 0 on SIGTERM')
@@ -208,6 +216,14 @@ test('getMetrics: CPU, memory and disk in use', async () => {
     assert.ok(m.memUsed > 0 && m.memUsed < m.memTotal, `memUsed ${m.memUsed} of ${m.memTotal}`)
     assert.ok(m.diskUsed >= 20_000_000 && m.diskUsed < m.diskTotal, `diskUsed ${m.diskUsed} of ${m.diskTotal}`)
     assert.equal(m.cpuCount, 1)
+    // The history: the samples of a time range, oldest first.
+    const start = new Date(Date.now() - 60_000)
+    await sleep(1500)
+    const history = await sbx.getMetrics({ start, end: new Date() })
+    assert.ok(history.length >= 3, `${history.length} samples over the sandbox's life`)
+    assert.ok(history.every((h, i) => i === 0 || h.timestamp >= history[i - 1].timestamp), 'oldest first')
+    assert.ok(history.every((h) => h.memTotal === m.memTotal && h.memUsed > 0))
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 60_000), end: new Date(Date.now() + 120_000) }), [], 'none in the future')
   } finally {
     await sbx.kill()
   }
