@@ -142,6 +142,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.gateway(w, r, id, port)
 		return
 	}
+	if r.URL.Path == agentproto.FilesPath && r.URL.Query().Has("signature") {
+		sb := s.signedSandbox(r)
+		if sb == nil {
+			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+			return
+		}
+		s.gateway(w, r, sb.ID, agentproto.EnvdPort)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -692,7 +701,8 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string
 	// envd needs the sandbox's access token; its other ports take the
 	// traffic token too (the SDKs send only that for some calls).
 	authorized := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
-		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
+		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token"))) ||
+		(port == agentproto.EnvdPort && signedFor(r, sb))
 	if !authorized {
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return

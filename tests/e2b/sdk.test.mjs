@@ -170,6 +170,41 @@ test('files: write, read, list, exists, rename, makeDir, remove', async () => {
   }
 })
 
+// downloadUrl and uploadUrl: signed, expiring URLs that plain fetch
+// (no SDK, no headers) can use; a tampered, expired or other sandbox's
+// signature opens nothing.
+test('files: signed download and upload URLs', async () => {
+  const sbx = await Sandbox.create()
+  const other = await Sandbox.create()
+  try {
+    await sbx.files.write('/home/user/signed.txt', 'for the browser')
+    const url = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
+    let r = await fetch(url)
+    assert.equal(r.status, 200)
+    assert.equal(await r.text(), 'for the browser')
+    const tampered = new URL(url)
+    tampered.searchParams.set('path', '/home/user/.bashrc')
+    assert.equal((await fetch(tampered)).status, 401, 'the signature covers its path')
+    const expired = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: -5 })
+    assert.equal((await fetch(expired)).status, 401, 'an expired signature')
+    assert.equal((await fetch(url, { method: 'POST', body: 'x' })).status, 401, 'a read signature does not write')
+    // Another sandbox's signature, for this sandbox, opens nothing.
+    const foreign = await other.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
+    r = await fetch(foreign, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' } })
+    assert.equal(r.status, 401, "another sandbox's signature")
+
+    const up = await sbx.uploadUrl('/home/user/uploaded.txt', { useSignatureExpiration: 60 })
+    const form = new FormData()
+    form.append('file', new Blob(['sent by a browser']), 'uploaded.txt')
+    r = await fetch(up, { method: 'POST', body: form })
+    assert.equal(r.status, 200, await r.text())
+    assert.equal(await sbx.files.read('/home/user/uploaded.txt'), 'sent by a browser')
+  } finally {
+    await sbx.kill()
+    await other.kill()
+  }
+})
+
 test('files: a 50 MB upload and download, streamed', async () => {
   const sbx = await Sandbox.create()
   try {
