@@ -1,0 +1,81 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// sign is the SDK's getSignature.
+func sign(path, op, user, token string, exp int64) url.Values {
+	raw := path + ":" + op + ":" + user + ":" + token
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	if exp != 0 {
+		raw += ":" + strconv.FormatInt(exp, 10)
+		q.Set("signature_expiration", strconv.FormatInt(exp, 10))
+	}
+	sum := sha256.Sum256([]byte(raw))
+	q.Set("signature", "v1_"+base64.RawStdEncoding.EncodeToString(sum[:]))
+	return q
+}
+
+func TestSignedFileURLs(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	c, other := a.create(nil), a.create(nil)
+	soon := time.Now().Add(time.Minute).Unix()
+	get := func(q url.Values, method string, hdr http.Header) int {
+		code, _, _ := a.do(method, "/files?"+q.Encode(), nil, hdr)
+		return code
+	}
+	good := sign("/home/user/f", "read", "", c.EnvdAccessToken, soon)
+	// Without a sandbox named, the signature finds its sandbox; the fake
+	// agent then answers for the file (404: there is none).
+	if code := get(good, "GET", nil); code != http.StatusNotFound {
+		t.Errorf("a good signature: %d, want the agent's 404 for a file that is not there", code)
+	}
+	for name, q := range map[string]url.Values{
+		"another path": func() url.Values {
+			q := sign("/home/user/f", "read", "", c.EnvdAccessToken, soon)
+			q.Set("path", "/etc/shadow")
+			return q
+		}(),
+		"another user": func() url.Values {
+			q := sign("/home/user/f", "read", "", c.EnvdAccessToken, soon)
+			q.Set("username", "root")
+			return q
+		}(),
+		"expired": sign("/home/user/f", "read", "", c.EnvdAccessToken, time.Now().Add(-time.Second).Unix()),
+		"a later expiry": func() url.Values {
+			q := sign("/home/user/f", "read", "", c.EnvdAccessToken, soon)
+			q.Set("signature_expiration", strconv.FormatInt(soon+3600, 10))
+			return q
+		}(),
+		"no token": sign("/home/user/f", "read", "", "", soon),
+		"not v1":   url.Values{"path": {"/home/user/f"}, "signature": {"v2_x"}},
+	} {
+		if code := get(q, "GET", nil); code != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", name, code)
+		}
+	}
+	if code := get(good, "POST", nil); code != http.StatusUnauthorized {
+		t.Errorf("a read signature used to write: %d, want 401", code)
+	}
+	// Naming a sandbox, only its own token's signatures open it.
+	hdr := http.Header{"E2b-Sandbox-Id": {other.SandboxID}, "E2b-Sandbox-Port": {"49983"}}
+	if code := get(good, "GET", hdr); code != http.StatusUnauthorized {
+		t.Errorf("a signature of another sandbox's token: %d, want 401", code)
+	}
+	hdr.Set("E2b-Sandbox-Id", c.SandboxID)
+	if code := get(good, "GET", hdr); code != http.StatusNotFound {
+		t.Errorf("its own signature, naming it: %d, want the agent's 404", code)
+	}
+}
