@@ -9,7 +9,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -22,19 +21,9 @@ import (
 // touches is a path of the sandbox, and no symlink planted by sandbox code
 // can lead to a host file, because no host file is reachable from here.
 
-// resolve makes p absolute: "~" is the user's home, relative paths start
-// there too (as in envd).
-func (a *Agent) resolve(p string) string {
-	switch {
-	case p == "~":
-		return a.home
-	case strings.HasPrefix(p, "~/"):
-		p = filepath.Join(a.home, p[2:])
-	case !filepath.IsAbs(p):
-		p = filepath.Join(a.home, p)
-	}
-	return filepath.Clean(p)
-}
+// resolve makes p absolute for the sandbox user: "~" is its home,
+// relative paths start there too (as in envd).
+func (a *Agent) resolve(p string) string { return a.resolveAs(a.userIdentity(), p) }
 
 // fsError maps a file-system error to a Connect error naming the path.
 func fsError(path string, err error) *agentproto.Error {
