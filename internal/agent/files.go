@@ -67,9 +67,10 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 }
 
 type writtenFile struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // postFile writes files into the sandbox, streamed to disk: multipart (one
@@ -82,6 +83,11 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := r.URL.Query().Get("path")
+	md, e := uploadMetadata(r.Header)
+	if e != nil {
+		httpError(w, e)
+		return
+	}
 	var written []writtenFile
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
@@ -110,7 +116,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 				_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 				dest = params["filename"]
 			}
-			wf, e := a.writeFile(id, dest, part)
+			wf, e := a.writeFile(id, dest, md, part)
 			if e != nil {
 				httpError(w, e)
 				return
@@ -128,7 +134,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 			defer gz.Close()
 			body = gz
 		}
-		wf, e := a.writeFile(id, query, body)
+		wf, e := a.writeFile(id, query, md, body)
 		if e != nil {
 			httpError(w, e)
 			return
@@ -146,11 +152,14 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(written)
 }
 
-func (a *Agent) writeFile(id identity, dest string, body io.Reader) (writtenFile, *agentproto.Error) {
+// writeFile writes body to dest as id, and gives the file the metadata md
+// (replacing what it had).
+func (a *Agent) writeFile(id identity, dest string, md map[string]string, body io.Reader) (writtenFile, *agentproto.Error) {
 	if dest == "" {
 		return writtenFile{}, errorf(agentproto.CodeInvalidArgument, "no path given for the file")
 	}
 	p := a.resolveAs(id, dest)
+	written := writtenFile{Name: filepath.Base(p), Type: "file", Path: p}
 	var fail *agentproto.Error
 	err := a.as(id, func() error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -163,12 +172,17 @@ func (a *Agent) writeFile(id identity, dest string, body io.Reader) (writtenFile
 			return nil
 		}
 		_, err = io.Copy(f, body)
+		if err == nil {
+			err = setMetadata(f, md)
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			fail = fsError(p, err)
+			return nil
 		}
+		written.Metadata = metadataOf(p)
 		return nil
 	})
 	if err != nil { // the identity could not be taken: nothing was written
@@ -177,5 +191,5 @@ func (a *Agent) writeFile(id identity, dest string, body io.Reader) (writtenFile
 	if fail != nil {
 		return writtenFile{}, fail
 	}
-	return writtenFile{Name: filepath.Base(p), Type: "file", Path: p}, nil
+	return written, nil
 }

@@ -109,6 +109,7 @@ func entry(path string, fi fs.FileInfo) *agentproto.EntryInfo {
 	} else {
 		e.Type = agentproto.FileTypeFile
 	}
+	e.Metadata = metadataOf(path)
 	return e
 }
 

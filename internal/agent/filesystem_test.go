@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -24,8 +26,9 @@ type entry struct {
 	Permissions   string  `json:"permissions"`
 	Owner         string  `json:"owner"`
 	Group         string  `json:"group"`
-	ModifiedTime  string  `json:"modifiedTime"`
-	SymlinkTarget *string `json:"symlinkTarget"`
+	ModifiedTime  string            `json:"modifiedTime"`
+	SymlinkTarget *string           `json:"symlinkTarget"`
+	Metadata      map[string]string `json:"metadata"`
 }
 
 type entryResponse struct {
@@ -274,5 +277,62 @@ func TestFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "x")); !os.IsNotExist(err) {
 		t.Errorf("a refused upload wrote its file: %v", err)
+	}
+}
+
+// File metadata as envd 0.6.2 keeps it: set by an upload's X-Metadata-*
+// headers, replaced whole by the next upload, reported by Stat and
+// ListDir, refused (and nothing written) when a key or value is not
+// printable ASCII or the set is too large.
+func TestFileMetadata(t *testing.T) {
+	base, home := newAgent(t)
+	at := func(path string) string { return base + "/files?" + url.Values{"path": {path}}.Encode() }
+	upload := func(path, body string, hdr ...string) (int, []byte) {
+		t.Helper()
+		code, data, _ := files(t, "POST", at(path), "application/octet-stream", strings.NewReader(body), hdr...)
+		return code, data
+	}
+
+	code, data := upload("m.txt", "v1", "X-Metadata-Author", "ada", "x-metadata-Build-ID", "42")
+	var w []struct {
+		Path     string            `json:"path"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	want := map[string]string{"author": "ada", "build-id": "42"}
+	if code != http.StatusOK || json.Unmarshal(data, &w) != nil || len(w) != 1 || !maps.Equal(w[0].Metadata, want) {
+		t.Fatalf("upload with metadata: %d %s, want the metadata %v back", code, data, want)
+	}
+	if e := stat(t, base, "m.txt"); !maps.Equal(e.Metadata, want) {
+		t.Errorf("Stat: metadata %v, want %v", e.Metadata, want)
+	}
+	if es := listDir(t, base, "~", 1); len(es) != 1 || !maps.Equal(es[0].Metadata, want) {
+		t.Errorf("ListDir: %+v, want one entry with %v", es, want)
+	}
+
+	// The next upload replaces the set: a key it does not name is gone.
+	if code, data := upload("m.txt", "v2", "X-Metadata-Author", "grace"); code != http.StatusOK {
+		t.Fatalf("second upload: %d %s", code, data)
+	}
+	if e := stat(t, base, "m.txt"); !maps.Equal(e.Metadata, map[string]string{"author": "grace"}) {
+		t.Errorf("after a second upload: %v, want only author=grace", e.Metadata)
+	}
+
+	for name, hdr := range map[string][]string{
+		"a value that is not ASCII": {"X-Metadata-Author", "Ada Lovelace \u00e9"},
+		"a key too long":            {"X-Metadata-" + strings.Repeat("k", 247), "v"},
+		"a set too large":           {"X-Metadata-Big", strings.Repeat("v", 4096)},
+	} {
+		if code, data := upload("m.txt", "v3", hdr...); code != http.StatusBadRequest || !strings.Contains(string(data), "metadata") {
+			t.Errorf("%s: %d %s, want 400 naming the metadata", name, code, data)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(home, "m.txt")); string(got) != "v2" {
+		t.Errorf("a refused upload changed the file: %q", got)
+	}
+
+	// An upload without any header clears the set.
+	upload("m.txt", "v4")
+	if e := stat(t, base, "m.txt"); e.Metadata != nil {
+		t.Errorf("after an upload without metadata: %v, want none", e.Metadata)
 	}
 }

@@ -29,7 +29,7 @@ type watcher struct {
 	wds map[int]string // watch descriptor → directory
 }
 
-func newWatcher(root string, recursive, includeEntry bool, emit func(filesystemEvent)) (*watcher, error) {
+func newWatcher(root string, req *watchRequest, emit func(filesystemEvent)) (*watcher, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fsError(root, err)
@@ -37,13 +37,22 @@ func newWatcher(root string, recursive, includeEntry bool, emit func(filesystemE
 	if !fi.IsDir() {
 		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
 	}
+	// As envd (0.6.4): inotify sees only this machine's changes to a
+	// network file system, so watching one must be asked for.
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		return nil, fsError(root, err)
+	}
+	if networkFS(st.Type) && !req.AllowNetworkMounts {
+		return nil, errorf(agentproto.CodeInvalidArgument, "cannot watch '%s': it is on a network file system (allowNetworkMounts watches it anyway; changes made elsewhere are not seen)", root)
+	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, errorf(agentproto.CodeResourceExhausted, "inotify: %v", err)
 	}
 	w := &watcher{
-		f: os.NewFile(uintptr(fd), "inotify"), root: root, recursive: recursive,
-		includeEntry: includeEntry, emit: emit, wds: map[int]string{},
+		f: os.NewFile(uintptr(fd), "inotify"), root: root, recursive: req.Recursive,
+		includeEntry: req.IncludeEntry, emit: emit, wds: map[int]string{},
 	}
 	if err := w.add(root); err != nil {
 		w.f.Close()
@@ -116,7 +125,9 @@ func (w *watcher) handle(wd int, mask uint32, name string) {
 		return
 	}
 	ev := filesystemEvent{Name: rel, Type: typ}
-	if w.includeEntry {
+	// Only events whose entry is still at the path carry it: after a
+	// remove or rename, a stat could find a newer file made there since.
+	if w.includeEntry && (typ == eventCreate || typ == eventWrite || typ == eventChmod) {
 		if fi, err := os.Lstat(path); err == nil {
 			ev.Entry = entry(path, fi)
 		}
@@ -125,6 +136,16 @@ func (w *watcher) handle(wd int, mask uint32, name string) {
 }
 
 func (w *watcher) Close() { w.f.Close() }
+
+// networkFS says whether a file system type (statfs's f_type) is one that
+// envd counts as a network mount: NFS, CIFS, SMB (1 and 2) and FUSE.
+func networkFS(fsType int64) bool {
+	switch uint32(fsType) {
+	case unix.NFS_SUPER_MAGIC, unix.CIFS_SUPER_MAGIC, unix.SMB_SUPER_MAGIC, unix.SMB2_SUPER_MAGIC, unix.FUSE_SUPER_MAGIC:
+		return true
+	}
+	return false
+}
 
 func trimNUL(b []byte) []byte {
 	for i, c := range b {
@@ -139,7 +160,7 @@ func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchReque
 	events := make(chan filesystemEvent, 1024)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := newWatcher(a.resolve(req.Path), req.Recursive, req.IncludeEntry, func(ev filesystemEvent) {
+	w, err := newWatcher(a.resolve(req.Path), req, func(ev filesystemEvent) {
 		select {
 		case events <- ev:
 		case <-ctx.Done():
@@ -189,7 +210,7 @@ type polledWatcher struct {
 func (a *Agent) fsCreateWatcher(ctx context.Context, r *http.Request, req *watchRequest) (*createWatcherResponse, error) {
 	id := newWatcherID()
 	pw := &polledWatcher{}
-	w, err := newWatcher(a.resolve(req.Path), req.Recursive, req.IncludeEntry, func(ev filesystemEvent) {
+	w, err := newWatcher(a.resolve(req.Path), req, func(ev filesystemEvent) {
 		pw.mu.Lock()
 		if len(pw.events) < maxPolledEvents {
 			pw.events = append(pw.events, ev)

@@ -70,9 +70,10 @@ type moveRequest struct {
 }
 
 type watchRequest struct {
-	Path         string `json:"path"`
-	Recursive    bool   `json:"recursive"`
-	IncludeEntry bool   `json:"includeEntry"`
+	Path               string `json:"path"`
+	Recursive          bool   `json:"recursive"`
+	IncludeEntry       bool   `json:"includeEntry"`
+	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
 }
 
 type eventType string

@@ -12,10 +12,13 @@ const (
 	InterpreterPort = "49999"
 )
 
-// EnvdVersion is the envd version the agent implements; the SDKs switch
-// features on by it (0.5.7: default user, stdin flag, CloseStdin,
-// octet-stream uploads; not 0.6.x file metadata).
-const EnvdVersion = "0.5.7"
+// EnvdVersion is the newest envd version whose features the agent all
+// implements; the SDKs switch features on by it (0.4.0 default user, 0.5.7
+// octet-stream uploads, 0.6.2 file metadata, 0.6.3 entries in watch events,
+// 0.6.4 watching network mounts). envd 0.6.5 and later add only what
+// concerns E2B's VMs (heap hugepages, live upgrade, /fsfreeze), none of it
+// seen by an SDK.
+const EnvdVersion = "0.6.4"
 
 // AgentArg is the command-line argument that makes the airlock binary run
 // as a sandbox's agent.

@@ -240,6 +240,43 @@ test('watchDir reports changes, recursively', async () => {
   }
 })
 
+// envd 0.6.2–0.6.4: file metadata kept in user.e2b.* xattrs (set on
+// upload, replaced by the next one, seen by getInfo, list and watch events,
+// also when sandbox code sets it), watch events carrying their entry, and
+// the network-mounts flag.
+test('files: metadata, watch events with their entry', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const w = await sbx.files.write('/home/user/meta.txt', 'v1', { metadata: { author: 'ada', stage: 'draft' } })
+    assert.deepEqual(w.metadata, { author: 'ada', stage: 'draft' })
+    assert.deepEqual((await sbx.files.getInfo('/home/user/meta.txt')).metadata, { author: 'ada', stage: 'draft' })
+    await sbx.files.write('/home/user/meta.txt', 'v2', { metadata: { author: 'grace' } })
+    const [listed] = (await sbx.files.list('/home/user')).filter((e) => e.name === 'meta.txt')
+    assert.deepEqual(listed.metadata, { author: 'grace' }, 'an upload replaces the set')
+    await sbx.commands.run(`python3 -c "import os; os.setxattr('/home/user/meta.txt', 'user.e2b.by', b'code')"`)
+    assert.deepEqual((await sbx.files.getInfo('/home/user/meta.txt')).metadata, { author: 'grace', by: 'code' })
+    await assert.rejects(sbx.files.write('/home/user/meta.txt', 'v3', { metadata: { big: 'x'.repeat(5000) } }), /metadata/)
+    assert.equal(await sbx.files.read('/home/user/meta.txt'), 'v2', 'a refused upload changes nothing')
+
+    await sbx.files.makeDir('/home/user/we')
+    const events = []
+    const watcher = await sbx.files.watchDir('/home/user/we', (e) => events.push(e), { includeEntry: true, allowNetworkMounts: true })
+    await sbx.files.write('/home/user/we/e.txt', 'hello', { metadata: { tag: 'seen' } })
+    await sbx.files.remove('/home/user/we/e.txt')
+    for (let i = 0; i < 50 && !events.some((e) => e.type === 'remove'); i++) await sleep(50)
+    await watcher.stop()
+    const created = events.find((e) => e.type === 'create' && e.name === 'e.txt')
+    assert.ok(created?.entry, JSON.stringify(events))
+    assert.equal(created.entry.path, '/home/user/we/e.txt')
+    assert.equal(created.entry.type, 'file')
+    // Setting the metadata is a change of attributes: its event's entry has it.
+    assert.ok(events.some((e) => e.entry?.metadata?.tag === 'seen'), JSON.stringify(events))
+    assert.ok(events.filter((e) => e.type === 'remove').every((e) => e.entry === undefined), 'a removal carries no entry')
+  } finally {
+    await sbx.kill()
+  }
+})
+
 test('getMetrics: CPU, memory and disk in use', async () => {
   const sbx = await Sandbox.create()
   try {

@@ -88,7 +88,8 @@ test('Template builder: fromImage, envs, runCmd, copy, workdir, user, start and 
     await sbx.files.write('/etc/by-root.conf', 'rooted', { user: 'root' })
     assert.equal(await run(sbx, 'stat -c %U /etc/by-root.conf && cat /etc/by-root.conf'), 'root\nrooted')
     await assert.rejects(sbx.files.write('/etc/by-user.conf', 'x'), /ermission/)
-    await sbx.files.write('/home/user/mine.txt', 'mine')
+    await sbx.files.write('/home/user/mine.txt', 'mine', { metadata: { kept: 'in the writable layer' } })
+    assert.deepEqual((await sbx.files.getInfo('/home/user/mine.txt')).metadata, { kept: 'in the writable layer' })
     assert.equal(await run(sbx, 'stat -c %U:%G /home/user/mine.txt /etc/by-root.conf'), 'user:user\nroot:root', 'files are made as who asked')
     let out = ''
     const dec = new TextDecoder()
