@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -40,6 +41,10 @@ func main() {
 	// process: it is the first process inside a new sandbox.
 	if namespaces.IsInit() {
 		namespaces.Init()
+	}
+	// Inside a sandbox with a root, the binary is sudo too (agent/sudo.go).
+	if filepath.Base(os.Args[0]) == "sudo" {
+		os.Exit(agent.SudoMain(os.Args[1:]))
 	}
 	os.Exit(exitCode(run(os.Args[1:])))
 }

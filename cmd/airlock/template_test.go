@@ -156,7 +156,7 @@ func TestServeTemplate(t *testing.T) {
 	}
 	var c created
 	json.Unmarshal(body, &c)
-	if out := s.run(t, c, "cat /srv/hello; echo $GREETING; test -e /usr || echo no-host-usr"); out != "hello from a layer\nfrom the image\nno-host-usr\n" {
+	if out := s.run(t, c, "cat /srv/hello; echo $GREETING; test -e /usr/lib || echo no-host-usr; ls /usr/local/bin"); out != "hello from a layer\nfrom the image\nno-host-usr\nsudo\n" {
 		t.Errorf("in a sandbox of the template: %q", out)
 	}
 	// Root and the user, as E2B's templates have them.

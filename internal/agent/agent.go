@@ -187,6 +187,11 @@ func Main() error {
 	// Started as the sandbox's root (a template made from an image), it
 	// acts for "root" and, as the kernel sees them, for "user".
 	a.root = os.Geteuid() == 0
+	if a.root {
+		if err := a.serveSudo(); err != nil {
+			return err
+		}
+	}
 	// A template that serves code starts its kernel now, in the pool.
 	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
 		go func() {

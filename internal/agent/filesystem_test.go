@@ -5,27 +5,27 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
 )
 
 type entry struct {
-	Name          string  `json:"name"`
-	Type          string  `json:"type"`
-	Path          string  `json:"path"`
-	Size          string  `json:"size"` // int64, a string in proto3 JSON
-	Mode          uint32  `json:"mode"`
-	Permissions   string  `json:"permissions"`
-	Owner         string  `json:"owner"`
-	Group         string  `json:"group"`
+	Name          string            `json:"name"`
+	Type          string            `json:"type"`
+	Path          string            `json:"path"`
+	Size          string            `json:"size"` // int64, a string in proto3 JSON
+	Mode          uint32            `json:"mode"`
+	Permissions   string            `json:"permissions"`
+	Owner         string            `json:"owner"`
+	Group         string            `json:"group"`
 	ModifiedTime  string            `json:"modifiedTime"`
 	SymlinkTarget *string           `json:"symlinkTarget"`
 	Metadata      map[string]string `json:"metadata"`

@@ -28,6 +28,10 @@ const CodeDir = "/.airlock"
 // as its agent.
 const AgentPath = CodeDir + "/bin/airlock"
 
+// SudoPath is where sandboxes with a root have sudo (the airlock binary,
+// read-only): first in the PATH of every user's login shell.
+const SudoPath = "/usr/local/bin/sudo"
+
 // CodePath is where a code file named name appears inside the sandbox.
 func CodePath(name string) string { return CodeDir + "/" + name }
 

@@ -28,8 +28,8 @@ import (
 // symlink is ever followed, and what is read is checked to be what was
 // listed (a regular file, opened without blocking). What is not a file,
 // directory, symlink, FIFO or whiteout (sockets, device nodes) is left
-// out. The top-level entries in skip (mount points such as "dev" and
-// "proc") are left out too. The layer is then unpacked like any other
+// out. The paths in skip (mount points such as "dev" and "proc", relative
+// to the layer's root) are left out too, with all below them. The layer is then unpacked like any other
 // (image.Store.AddLayer), with all its checks.
 //
 // The walk ends with ctx, and at more than maxEntries entries or MaxDepth
@@ -78,7 +78,7 @@ func (e *exporter) dir(fd int, rel string, depth int) error {
 			return fmt.Errorf("read %s/: %w", rel, err)
 		}
 		for _, name := range names {
-			if rel == "" && slices.Contains(e.skip, name) {
+			if slices.Contains(e.skip, path.Join(rel, name)) {
 				continue
 			}
 			if e.left--; e.left < 0 {
@@ -215,8 +215,9 @@ const MaxID = 65535
 // FromOverlayTar rewrites r, a tar of an overlay's upper layer in the
 // overlay's own terms (runsc tar rootfs-upper: whiteouts as 0:0
 // character devices, opaque directories with the xattr
-// trusted.overlay.opaque=y), as an OCI layer to w. The top-level entries
-// in skip are left out, and so are device nodes and other xattrs.
+// trusted.overlay.opaque=y), as an OCI layer to w. The paths in skip
+// are left out with all below them, and so are device nodes and other
+// xattrs.
 func FromOverlayTar(w io.Writer, r io.Reader, skip []string) error {
 	tr, tw := tar.NewReader(r), tar.NewWriter(w)
 	// Whiteouts may share one inode, and so come as hard links to the
@@ -234,7 +235,7 @@ func FromOverlayTar(w io.Writer, r io.Reader, skip []string) error {
 		if name == "" {
 			continue // the root itself
 		}
-		if top, _, _ := strings.Cut(name, "/"); slices.Contains(skip, top) {
+		if slices.ContainsFunc(skip, func(s string) bool { return name == s || strings.HasPrefix(name, s+"/") }) {
 			continue
 		}
 		if hdr.Uid < 0 || hdr.Uid > MaxID || hdr.Gid < 0 || hdr.Gid > MaxID {

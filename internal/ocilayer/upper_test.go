@@ -64,12 +64,14 @@ func TestFromOverlayTar(t *testing.T) {
 		&tar.Header{Name: "./dev/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3},
 		&tar.Header{Name: "./tmp/scratch", Typeflag: tar.TypeReg, Size: 1},
 		&tar.Header{Name: "./bin/sh", Typeflag: tar.TypeSymlink, Linkname: "/bin/busybox"},
+		&tar.Header{Name: "./usr/local/bin/sudo", Typeflag: tar.TypeReg},
+		&tar.Header{Name: "./usr/local/bin/sudoku", Typeflag: tar.TypeReg},
 	)
 	var out bytes.Buffer
-	if err := FromOverlayTar(&out, in, []string{"tmp"}); err != nil {
+	if err := FromOverlayTar(&out, in, []string{"tmp", "usr/local/bin/sudo"}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"etc/", "etc/.wh..wh..opq", "etc/app.conf", "etc/.wh.gone", "var/.wh.also-gone", "var/hard -> etc/app.conf", "bin/sh"}
+	want := []string{"etc/", "etc/.wh..wh..opq", "etc/app.conf", "etc/.wh.gone", "var/.wh.also-gone", "var/hard -> etc/app.conf", "bin/sh", "usr/local/bin/sudoku"}
 	if got := names(t, &out); !slices.Equal(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)
 	}

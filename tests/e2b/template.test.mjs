@@ -97,6 +97,23 @@ test('Template builder: fromImage, envs, runCmd, copy, workdir, user, start and 
     await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('echo UID=$(id -u); exit\n'))
     await pty.wait()
     assert.match(out, /UID=0/)
+
+    // sudo, as E2B's templates give it: passwordless, the agent running the
+    // command as root with sudo's own stdio, exit status and environment.
+    assert.equal(await run(sbx, 'sudo id -u'), '0')
+    assert.equal(await run(sbx, 'sudo -u user id -u'), '1000')
+    assert.equal(await run(sbx, 'sudo -n sh -c \'echo $USER $HOME $SUDO_USER\''), 'root /root user', 'env_reset as sudo does')
+    assert.equal(await run(sbx, 'MINE=x sudo -E sh -c \'echo $MINE\'; MINE=x sudo sh -c \'echo "[$MINE]"\''), 'x\n[]', '-E keeps the caller\'s environment')
+    assert.equal(await run(sbx, 'echo piped | sudo cat'), 'piped', 'stdin is the caller\'s')
+    assert.equal(await run(sbx, 'sudo touch /etc/by-sudo && stat -c %U /etc/by-sudo'), 'root')
+    assert.equal(await run(sbx, 'cd /opt && sudo sh -c pwd && sudo -i pwd'), '/opt\n/root')
+    const failed = await sbx.commands.run('sudo sh -c "exit 7"').catch((e) => e)
+    assert.equal(failed.exitCode, 7, 'the command\'s exit status is sudo\'s')
+    const missing = await sbx.commands.run('sudo no-such-command').catch((e) => e)
+    assert.equal(missing.exitCode, 1)
+    assert.match(missing.stderr, /sudo: no-such-command: command not found/)
+    // sudo killed: what it ran dies with it.
+    assert.equal(await run(sbx, 'sudo sleep 1000 & s=$!; sleep 0.5; kill -9 $s; sleep 0.5; ps -o user,args | grep "^root .*[s]leep" || echo none'), 'none')
   } finally {
     await sbx.kill()
   }

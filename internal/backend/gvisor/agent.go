@@ -81,9 +81,14 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 	}
 	p.Env = append(p.Env, agentproto.SocketEnv+"="+agentRunDir+"/agent.sock")
 	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentproto.AgentArg}, NetNS: netns}
-	err = be.writeBundle(b, spec,
-		specs.Mount{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		specs.Mount{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	mounts := []specs.Mount{
+		{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+	}
+	if len(p.RootLayers) > 0 { // a root, so sudo (agent/sudo.go)
+		mounts = append(mounts, specs.Mount{Destination: layout.SudoPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	}
+	err = be.writeBundle(b, spec, mounts...)
 	if err != nil {
 		b.remove("")
 		return nil, err

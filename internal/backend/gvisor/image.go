@@ -198,9 +198,9 @@ func appendMissing(data []byte, prefix, line string) []byte {
 	return append(data, line...)
 }
 
-// exportSkip are the top-level entries a build's layer leaves out: mount
-// points, and /tmp, the sandbox's scratch space (its own tmpfs here).
-var exportSkip = []string{"dev", "proc", "tmp", layout.CodeDir[1:]}
+// exportSkip are the paths a build's layer leaves out: mount points, and
+// /tmp, the sandbox's scratch space (its own tmpfs here).
+var exportSkip = []string{"dev", "proc", "tmp", layout.CodeDir[1:], layout.SudoPath[1:]}
 
 // ExportRoot writes what the sandbox changed of its image's root, gVisor's
 // writable layer, as an OCI layer: runsc serializes it (whiteouts as 0:0

@@ -69,7 +69,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 			NetNS:  netns,
 		},
 		extraFiles: []*os.File{lf},
-		selfMount:  layout.AgentPath,
+		selfMounts: selfMounts(p),
 		id:         id,
 		live:       true,
 	})
@@ -78,6 +78,15 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 		return nil, err
 	}
 	return &agentSandbox{Sandbox: sb, socket: sock}, nil
+}
+
+// selfMounts are where a sandbox of p has the airlock binary: its agent,
+// and sudo where it has a root (a root of an image's layers).
+func selfMounts(p policy.Policy) []string {
+	if len(p.RootLayers) > 0 {
+		return []string{layout.AgentPath, layout.SudoPath}
+	}
+	return []string{layout.AgentPath}
 }
 
 // Dial connects to the agent.
@@ -120,9 +129,10 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	// frozen the sandbox and then failed waiting.
 	s.cg.Freeze(ctx, true)
 	defer s.cg.Freeze(context.Background(), false)
-	// dev and proc are the mount points of what init attached there; /tmp
-	// is the sandbox's scratch space, left out of a layer as on gVisor.
-	return ocilayer.WriteUpperLayer(ctx, w, s.upper, s.HostUID-layout.UID, maxLayerEntries, []string{"dev", "proc", "tmp", layout.CodeDir[1:]})
+	// dev, proc and sudo are the mount points of what init attached
+	// there; /tmp is the sandbox's scratch space, left out of a layer as on
+	// gVisor.
+	return ocilayer.WriteUpperLayer(ctx, w, s.upper, s.HostUID-layout.UID, maxLayerEntries, []string{"dev", "proc", "tmp", layout.CodeDir[1:], layout.SudoPath[1:]})
 }
 
 // Resume restarts a paused sandbox.

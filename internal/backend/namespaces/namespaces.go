@@ -54,9 +54,9 @@ type spec struct {
 	*backend.Spec
 	// extraFiles become the command's file descriptors 3, 4, …
 	extraFiles []*os.File
-	// selfMount, when set, is where the airlock binary itself appears,
-	// read-only, inside the sandbox (to run the agent).
-	selfMount string
+	// selfMounts are where the airlock binary itself appears, read-only:
+	// the agent, and sudo (agent/sudo.go).
+	selfMounts []string
 	id        string // the sandbox id, when the caller chose it (Start)
 	// live: the sandbox serves (an agent) rather than runs one command;
 	// its CPU time can be read while it runs, and it can be paused.
@@ -388,8 +388,8 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	handed = append(handed, tasks...)
 	cfg.CgroupFiles = len(tasks)
 	mounts := p.Mounts
-	if spec.selfMount != "" {
-		mounts = append(slices.Clip(mounts), policy.Mount{Source: "/proc/self/exe", Target: spec.selfMount, ReadOnly: true})
+	for _, target := range spec.selfMounts {
+		mounts = append(slices.Clip(mounts), policy.Mount{Source: "/proc/self/exe", Target: target, ReadOnly: true})
 	}
 	cfg.Mounts = mounts
 	mountFiles, err := openMounts(mounts)

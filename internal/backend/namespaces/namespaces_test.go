@@ -670,7 +670,7 @@ func TestStartWithFilesAndSelf(t *testing.T) {
 			Stdout: &stdout,
 		},
 		extraFiles: []*os.File{w},
-		selfMount:  "/.airlock/bin/airlock",
+		selfMounts: []string{"/.airlock/bin/airlock"},
 	})
 	w.Close()
 	if err != nil {

@@ -366,7 +366,14 @@ func (r *rootBuilder) attach(fd int, rel string) {
 	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		err = os.MkdirAll(dst, 0o755)
 	} else if err == nil {
-		err = os.WriteFile(dst, nil, 0o644)
+		// A file's mount point replaces what an image may have there, a
+		// symlink too (which would otherwise be followed).
+		if fi, lerr := os.Lstat(dst); lerr == nil && !fi.IsDir() {
+			err = os.Remove(dst)
+		}
+		if err == nil {
+			err = os.WriteFile(dst, nil, 0o644)
+		}
 	}
 	if err != nil {
 		r.fail("mount target %s: %w", rel, err)

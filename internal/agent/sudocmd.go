@@ -1,0 +1,367 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// SudoMain is sudo inside a sandbox (see sudo.go): it takes sudo's usual
+// options, builds the command and its environment as sudo does (env_reset
+// and Debian's secure_path), has the agent run it, and returns its exit
+// status.
+func SudoMain(args []string) int {
+	o, err := parseSudo(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sudo: %v\n%s", err, sudoUsage)
+		return 1
+	}
+	switch o.mode {
+	case "help":
+		fmt.Print(sudoUsage)
+		return 0
+	case "version":
+		fmt.Println("Airlock sudo: commands run as the sandbox's root by its agent")
+		return 0
+	case "validate", "reset":
+		return 0 // no password, so nothing to validate or forget
+	case "list":
+		fmt.Printf("User %s may run the following commands on this sandbox:\n    (ALL : ALL) NOPASSWD: ALL\n", sandboxUser.name)
+		return 0
+	}
+	req, err := o.request()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sudo: %v\n", err)
+		return 1
+	}
+	code, err := runSudo(req)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sudo: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+const sudoUsage = `usage: sudo [-EHnS] [-u user] [-D directory] [-i | -s] [VAR=value]... [--] command [arg ...]
+       sudo -i | -s        (a shell)
+       sudo -l | -v | -k | -K | -V | -h
+`
+
+// securePath is Debian's sudoers secure_path: the PATH of every command
+// sudo runs.
+const securePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// keptEnv are the variables env_reset keeps (sudo's defaults, less the
+// ones that make no sense in a sandbox).
+var keptEnv = []string{"TERM", "COLORTERM", "LANG", "LANGUAGE", "LC_ALL", "DISPLAY", "XAUTHORITY", "TZ"}
+
+type sudoOptions struct {
+	mode         string // "" runs a command; help, version, validate, reset, list
+	user         string
+	preserveAll  bool
+	preserveVars []string
+	setHome      bool
+	login, shell bool
+	dir          string
+	assign       []string // VAR=value before the command
+	argv         []string
+}
+
+func parseSudo(args []string) (*sudoOptions, error) {
+	o := &sudoOptions{user: "root"}
+	value := func(name string, i *int, inline string) (string, error) {
+		if inline != "" {
+			return inline, nil
+		}
+		if *i+1 >= len(args) {
+			return "", fmt.Errorf("option %s requires an argument", name)
+		}
+		*i++
+		return args[*i], nil
+	}
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			i++
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			break
+		}
+		if strings.HasPrefix(a, "--") {
+			name, inline, _ := strings.Cut(a, "=")
+			var err error
+			switch name {
+			case "--user":
+				o.user, err = value(name, &i, inline)
+			case "--chdir":
+				o.dir, err = value(name, &i, inline)
+			case "--preserve-env":
+				if inline == "" {
+					o.preserveAll = true
+				} else {
+					o.preserveVars = append(o.preserveVars, strings.Split(inline, ",")...)
+				}
+			case "--set-home":
+				o.setHome = true
+			case "--login":
+				o.login = true
+			case "--shell":
+				o.shell = true
+			case "--non-interactive", "--stdin":
+			case "--help":
+				o.mode = "help"
+			case "--version":
+				o.mode = "version"
+			case "--validate":
+				o.mode = "validate"
+			case "--reset-timestamp", "--remove-timestamp":
+				o.mode = "reset"
+			case "--list":
+				o.mode = "list"
+			default:
+				return nil, fmt.Errorf("option %s is not supported here", name)
+			}
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// Short options, possibly grouped (-nE), the last one's value
+		// possibly attached (-uroot).
+		for j := 1; j < len(a); j++ {
+			var err error
+			switch c := a[j]; c {
+			case 'u', 'D':
+				var v string
+				v, err = value("-"+string(c), &i, a[j+1:])
+				if c == 'u' {
+					o.user = v
+				} else {
+					o.dir = v
+				}
+				j = len(a)
+			case 'E':
+				o.preserveAll = true
+			case 'H':
+				o.setHome = true
+			case 'i':
+				o.login = true
+			case 's':
+				o.shell = true
+			case 'n', 'S', 'A', 'b':
+				if c == 'b' {
+					return nil, errors.New("option -b is not supported here (use the shell's &)")
+				}
+			case 'h':
+				o.mode = "help"
+			case 'V':
+				o.mode = "version"
+			case 'v':
+				o.mode = "validate"
+			case 'k', 'K':
+				o.mode = "reset"
+			case 'l':
+				o.mode = "list"
+			default:
+				return nil, fmt.Errorf("option -%c is not supported here", c)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	for ; i < len(args) && strings.Contains(args[i], "=") && !strings.HasPrefix(args[i], "="); i++ {
+		o.assign = append(o.assign, args[i])
+	}
+	o.argv = args[i:]
+	switch u := o.user; u {
+	case "#0":
+		o.user = "root"
+	case "#1000":
+		o.user = sandboxUser.name
+	}
+	if o.mode == "" && len(o.argv) == 0 && !o.login && !o.shell {
+		return nil, errors.New("no command")
+	}
+	if o.login && o.shell {
+		return nil, errors.New("only one of -i and -s")
+	}
+	return o, nil
+}
+
+// request builds what the agent runs: the command (in the target's shell
+// for -i and -s), its directory and its environment.
+func (o *sudoOptions) request() (*sudoRequest, error) {
+	home, shell, err := passwdEntry(o.user)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	if o.preserveAll {
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+	} else {
+		for _, k := range append(keptEnv, o.preserveVars...) {
+			if v, ok := os.LookupEnv(k); ok {
+				env[k] = v
+			}
+		}
+		for _, kv := range os.Environ() {
+			if strings.HasPrefix(kv, "LC_") {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+		}
+	}
+	if !o.preserveAll || o.setHome || o.login {
+		env["HOME"] = home
+	}
+	env["PATH"] = securePath
+	env["SHELL"] = shell
+	env["USER"], env["LOGNAME"] = o.user, o.user
+	env["SUDO_USER"] = sandboxUser.name
+	env["SUDO_UID"], env["SUDO_GID"] = fmt.Sprint(os.Getuid()), fmt.Sprint(os.Getgid())
+	env["SUDO_COMMAND"] = strings.Join(o.argv, " ")
+	for _, kv := range o.assign {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+
+	argv := o.argv
+	switch {
+	case o.login || o.shell:
+		if o.shell && os.Getenv("SHELL") != "" {
+			shell = os.Getenv("SHELL")
+		}
+		argv = []string{shell}
+		if o.login {
+			argv = append(argv, "-l")
+		}
+		if len(o.argv) > 0 {
+			argv = append(argv, "-c", shellJoin(o.argv))
+		}
+	}
+	dir := o.dir
+	if dir == "" && o.login {
+		dir = home
+	}
+	if dir == "" {
+		if dir, err = os.Getwd(); err != nil {
+			dir = home
+		}
+	}
+	req := &sudoRequest{User: o.user, Argv: argv, Dir: dir}
+	for k, v := range env {
+		req.Env = append(req.Env, k+"="+v)
+	}
+	return req, nil
+}
+
+// shellJoin joins a command for -c as sudo does: every character that is
+// not a letter, digit, '_', '-' or '$' escaped with a backslash.
+func shellJoin(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		for _, r := range a {
+			if !(r == '_' || r == '-' || r == '$' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// passwdFile is the sandbox's user database.
+var passwdFile = "/etc/passwd"
+
+// passwdEntry is user's home and shell, from the sandbox's passwdFile.
+func passwdEntry(user string) (home, shell string, err error) {
+	f, err := os.Open(passwdFile)
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) == 7 && fields[0] == user {
+			if fields[6] == "" {
+				fields[6] = "/bin/sh"
+			}
+			return fields[5], fields[6], nil
+		}
+	}
+	return "", "", fmt.Errorf("unknown user %s", user)
+}
+
+// runSudo has the agent run req with this process's stdio, relays the
+// signals this process gets, and returns the command's exit status.
+func runSudo(req *sudoRequest) (int, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sudoSocket, Net: "unix"})
+	if err != nil {
+		return 0, errors.New(`this sandbox has no root: its template runs everything as "user" (templates made from images have root and sudo)`)
+	}
+	defer c.Close()
+	line, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	fds := []int{0, 1, 2}
+	for i, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil { // closed: the command gets /dev/null
+			null, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return 0, err
+			}
+			defer unix.Close(null)
+			fds[i] = null
+		}
+	}
+	// The descriptors go with the first bytes; the rest of a long request
+	// follows.
+	line = append(line, '\n')
+	n, _, err := c.WriteMsgUnix(line[:min(len(line), 4096)], unix.UnixRights(fds...), nil)
+	if err == nil && n < len(line) {
+		_, err = c.Write(line[n:])
+	}
+	if err != nil {
+		return 0, err
+	}
+	sigs := make(chan os.Signal, 16)
+	for s := range relayedSignals {
+		signal.Notify(sigs, s)
+	}
+	enc := json.NewEncoder(c)
+	go func() {
+		for s := range sigs {
+			enc.Encode(sudoMessage{Signal: int(s.(syscall.Signal))})
+		}
+	}()
+	var m sudoMessage
+	if err := json.NewDecoder(c).Decode(&m); err != nil {
+		return 0, fmt.Errorf("the agent went away: %v", err)
+	}
+	if m.Error != "" {
+		return 0, errors.New(m.Error)
+	}
+	if m.Exit == nil {
+		return 0, errors.New("the agent said nothing of the command's end")
+	}
+	return *m.Exit, nil
+}
