@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,31 +69,90 @@ var relayedSignals = map[syscall.Signal]bool{
 	unix.SIGUSR1: true, unix.SIGUSR2: true, unix.SIGWINCH: true, unix.SIGCONT: true,
 }
 
-// serveSudo listens for sudo, where the agent is the sandbox's root.
+// serveSudo listens for sudo, where the agent is the sandbox's root. It
+// serves only once it has seen the kernel report a connecting peer's own
+// uid (older gVisor releases reported the asker's, root, for every peer):
+// the peer check is all that stands between another uid and root.
 func (a *Agent) serveSudo() error {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sudoSocket, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("sudo socket: %w", err)
 	}
+	if err := probePeerCredentials(ln); err != nil {
+		ln.Close()
+		a.log.Warn("no sudo in this sandbox", "err", err)
+		return nil
+	}
 	go func() {
-		for {
+		defer ln.Close() // never dropped while serving: the name stays the agent's
+		for delay := time.Duration(0); ; {
 			c, err := ln.AcceptUnix()
 			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// Out of descriptors, most likely: wait, and go on.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				a.log.Warn("sudo socket", "err", err)
-				return
+				time.Sleep(delay)
+				continue
 			}
+			delay = 0
 			go a.sudo(c)
 		}
 	}()
 	return nil
 }
 
+// probePeerCredentials connects to ln from a thread acting as nobody and
+// checks that the accepted connection's peer is nobody.
+func probePeerCredentials(ln *net.UnixListener) error {
+	const nobody = 65534
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		restore, err := actAs(identity{name: "nobody", uid: nobody, gid: nobody})
+		if err != nil {
+			errc <- err
+			return // the thread stays locked, and goes
+		}
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sudoSocket, Net: "unix"})
+		if restore() {
+			runtime.UnlockOSThread()
+		}
+		if err == nil {
+			defer c.Close()
+		}
+		errc <- err
+	}()
+	ln.SetDeadline(time.Now().Add(5 * time.Second))
+	c, err := ln.AcceptUnix()
+	ln.SetDeadline(time.Time{})
+	if derr := <-errc; derr != nil {
+		return fmt.Errorf("probe: %w", derr)
+	}
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer c.Close()
+	uid, err := peerUID(c)
+	if err != nil {
+		return err
+	}
+	if uid != nobody {
+		return fmt.Errorf("the kernel reports uid %d for a peer that is %d: peers cannot be told apart", uid, nobody)
+	}
+	return nil
+}
+
 // sudo serves one sudo: checks who asks, starts the command with the
 // caller's stdio, relays its signals, answers how it ended. The caller
 // going away (killed, or its command's timeout) kills the command's
-// process group: nothing it started through sudo stays behind it.
+// process group while the command lives (what leaves the group, or
+// outlives its leader, is not followed, as with any process).
 func (a *Agent) sudo(c *net.UnixConn) {
 	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // for the request
 	fail := func(format string, args ...any) {
 		json.NewEncoder(c).Encode(sudoMessage{Error: fmt.Sprintf(format, args...)})
 	}
@@ -132,6 +193,7 @@ func (a *Agent) sudo(c *net.UnixConn) {
 	}
 	closeFiles(stdio)
 	stdio = nil
+	c.SetReadDeadline(time.Time{})
 	pgid := cmd.Process.Pid
 
 	// Until the command has been waited for, its pid (the group's id) is
@@ -146,7 +208,8 @@ func (a *Agent) sudo(c *net.UnixConn) {
 		}
 	}
 	go func() {
-		dec := json.NewDecoder(rest)
+		// Relayed signals only: a few bytes each.
+		dec := json.NewDecoder(io.LimitReader(rest, 1<<20))
 		for {
 			var m sudoMessage
 			if err := dec.Decode(&m); err != nil {
@@ -158,13 +221,23 @@ func (a *Agent) sudo(c *net.UnixConn) {
 			}
 		}
 	}()
-	state, _ := cmd.Process.Wait()
+	// Waited for without reaping first: the pid stays the command's
+	// until no signal can be sent to its group any more.
+	var info unix.Siginfo
+	for {
+		if err := unix.Waitid(unix.P_PID, pgid, &info, unix.WEXITED|unix.WNOWAIT, nil); !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	mu.Lock()
 	exited = true
 	mu.Unlock()
-	code := state.ExitCode()
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		code = 128 + int(ws.Signal())
+	code := 1
+	if state, err := cmd.Process.Wait(); err == nil {
+		code = state.ExitCode()
+		if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
 	}
 	json.NewEncoder(c).Encode(sudoMessage{Exit: &code})
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -31,8 +33,8 @@ func SudoMain(args []string) int {
 	case "version":
 		fmt.Println("Airlock sudo: commands run as the sandbox's root by its agent")
 		return 0
-	case "validate", "reset":
-		return 0 // no password, so nothing to validate or forget
+	case "validate":
+		return 0 // no password, so nothing to validate
 	case "list":
 		fmt.Printf("User %s may run the following commands on this sandbox:\n    (ALL : ALL) NOPASSWD: ALL\n", sandboxUser.name)
 		return 0
@@ -125,7 +127,6 @@ func parseSudo(args []string) (*sudoOptions, error) {
 			case "--validate":
 				o.mode = "validate"
 			case "--reset-timestamp", "--remove-timestamp":
-				o.mode = "reset"
 			case "--list":
 				o.mode = "list"
 			default:
@@ -169,7 +170,8 @@ func parseSudo(args []string) (*sudoOptions, error) {
 			case 'v':
 				o.mode = "validate"
 			case 'k', 'K':
-				o.mode = "reset"
+				// No password, so no timestamp to forget; -k with a
+				// command runs it.
 			case 'l':
 				o.mode = "list"
 			default:
@@ -191,6 +193,12 @@ func parseSudo(args []string) (*sudoOptions, error) {
 		o.user = sandboxUser.name
 	}
 	if o.mode == "" && len(o.argv) == 0 && !o.login && !o.shell {
+		if slices.ContainsFunc(args, func(a string) bool {
+			return a == "-k" || a == "-K" || a == "--reset-timestamp" || a == "--remove-timestamp"
+		}) {
+			o.mode = "validate" // sudo -k alone: nothing to do
+			return o, nil
+		}
 		return nil, errors.New("no command")
 	}
 	if o.login && o.shell {
@@ -232,6 +240,9 @@ func (o *sudoOptions) request() (*sudoRequest, error) {
 	env["SHELL"] = shell
 	env["USER"], env["LOGNAME"] = o.user, o.user
 	env["SUDO_USER"] = sandboxUser.name
+	if os.Getuid() == rootUser.uid {
+		env["SUDO_USER"] = rootUser.name
+	}
 	env["SUDO_UID"], env["SUDO_GID"] = fmt.Sprint(os.Getuid()), fmt.Sprint(os.Getgid())
 	env["SUDO_COMMAND"] = strings.Join(o.argv, " ")
 	for _, kv := range o.assign {
@@ -254,6 +265,11 @@ func (o *sudoOptions) request() (*sudoRequest, error) {
 		}
 	}
 	dir := o.dir
+	if dir != "" && !filepath.IsAbs(dir) {
+		if wd, err := os.Getwd(); err == nil {
+			dir = filepath.Join(wd, dir)
+		}
+	}
 	if dir == "" && o.login {
 		dir = home
 	}
@@ -318,6 +334,11 @@ func runSudo(req *sudoRequest) (int, error) {
 		return 0, errors.New(`this sandbox has no root: its template runs everything as "user" (templates made from images have root and sudo)`)
 	}
 	defer c.Close()
+	// The name is the agent's only while it serves: whoever else holds it
+	// must not be handed this command's stdio and environment.
+	if uid, err := peerUID(c); err != nil || uid != rootUser.uid {
+		return 0, errors.New("the sudo socket is not the agent's")
+	}
 	line, err := json.Marshal(req)
 	if err != nil {
 		return 0, err
