@@ -56,6 +56,9 @@ func mcpCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	// Its sandboxes are its own: none outlives it, saved or not, and the
+	// records of a server sharing the state directory are not its.
+	mcfg.StateDir = ""
 	isolation, err := backends.get(*backendName)
 	if err != nil {
 		return usageError{err.Error()}

@@ -34,6 +34,9 @@ type Agent struct {
 	watchersMu sync.Mutex
 	watchers   map[string]*polledWatcher
 	interp     *interpreter
+
+	quiesceMu sync.Mutex
+	quiesce   func() // lets go of the daemon's socket (checkpoint.go); nil: it cannot
 }
 
 // New returns an agent for a sandbox whose user lives in home.
@@ -88,6 +91,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.FilesPath, a.postFile)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"setup", a.setup)
 	mux.HandleFunc("GET "+agentproto.SetupPath+"disk", a.disk)
+	mux.HandleFunc("POST "+agentproto.SetupPath+"checkpoint", a.checkpoint)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"untar", a.untar)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
@@ -166,18 +170,6 @@ func Main() error {
 	}
 	// The daemon hands over a listening socket as fd 3; where it cannot
 	// (gVisor), it names a path to listen on.
-	var ln net.Listener
-	var err error
-	if path := os.Getenv(agentproto.SocketEnv); path != "" {
-		ln, err = net.Listen("unix", path)
-	} else {
-		f := os.NewFile(3, "listener")
-		ln, err = net.FileListener(f)
-		f.Close()
-	}
-	if err != nil {
-		return err
-	}
 	home, err := os.UserHomeDir()
 	if err != nil {
 		home = "/home/user"
@@ -199,6 +191,15 @@ func Main() error {
 				log.Warn("prestart kernel", "language", lang, "err", err)
 			}
 		}()
+	}
+	if path := os.Getenv(agentproto.SocketEnv); path != "" {
+		return a.serveAt(context.Background(), path)
+	}
+	f := os.NewFile(3, "listener")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return err
 	}
 	return a.Serve(context.Background(), ln)
 }

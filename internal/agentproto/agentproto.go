@@ -1,6 +1,8 @@
 // Package agentproto is the contract between the daemon and the agent inside every sandbox.
 package agentproto
 
+import "syscall"
+
 // The daemon and the agent are one binary, but not one program: the
 // agent runs in the sandbox, the daemon outside it, and neither imports
 // the other. What they agree on lives here, and only here.
@@ -29,6 +31,11 @@ const AgentArg = "agent"
 // file descriptor 3: the daemon hands one over where it can (not into
 // gVisor).
 const SocketEnv = "AIRLOCK_AGENT_SOCKET"
+
+// ResumeSignal, sent to an agent that let go of its socket for a
+// checkpoint (SetupPath+"checkpoint", answered 204), makes it listen
+// again: after the sandbox's restore, or a checkpoint that failed.
+const ResumeSignal = syscall.SIGUSR1
 
 // PrestartEnv names the environment variable through which a template
 // asks the agent to start a kernel of that language at once.

@@ -62,6 +62,31 @@ type Instance interface {
 	Resume(ctx context.Context) error
 }
 
+// Checkpointer is an Instance that can save itself whole (its memory,
+// processes and files) to the backend's state directory and end, freeing
+// its memory, to be brought back by its Backend's Restorer, in this
+// process or a later one, after a reboot too.
+type Checkpointer interface {
+	// Checkpoint saves the box and ends it; its agent must have let go
+	// of the host's socket first (agentproto's SetupPath+"checkpoint").
+	// It returns the name the Restorer knows the saved box by. On error
+	// the box runs on, its agent told to listen again.
+	Checkpoint(ctx context.Context) (string, error)
+}
+
+// Restorer is a Backend that brings back the boxes its Checkpointers
+// saved.
+type Restorer interface {
+	// Restore starts the box saved as name, under p (the policy it was
+	// started with), and tells its agent to listen again. The saved box
+	// stays until Forget: a restore that fails can be tried again.
+	Restore(ctx context.Context, name string, p policy.Policy) (Instance, error)
+	// Forget removes the saved box name.
+	Forget(name string) error
+	// Saved lists the names of the saved boxes.
+	Saved() ([]string, error)
+}
+
 // RootExporter is an Instance whose writable root layer (policy
 // ExportRoot) the host can read back.
 type RootExporter interface {

@@ -49,6 +49,10 @@ type Config struct {
 	// MetricsInterval: how often sandboxes are measured for getMetrics'
 	// history (default 5s; an hour of samples is kept).
 	MetricsInterval Duration `json:"metricsInterval"`
+	// PauseInMemory: a pause freezes a sandbox in memory (fast, but it
+	// keeps its RAM and dies with the daemon) even where its backend can
+	// save it to disk (gVisor, without a network).
+	PauseInMemory bool `json:"pauseInMemory"`
 	// TemplatePoolSize is how many ready sandboxes a template made from
 	// an image with a start command keeps, once it was first asked for
 	// (default 1; 0: none).
@@ -226,6 +230,9 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 		MaxTTL:           time.Duration(cfg.MaxTimeout),
 		MaxSandboxes:     cfg.MaxSandboxes,
 		MetricsInterval:  time.Duration(cfg.MetricsInterval),
+		StateDir:         cfg.StateDir,
+		BackendByName:    backendFor,
+		PauseInMemory:    cfg.PauseInMemory,
 	}
 	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
 		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")

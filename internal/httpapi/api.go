@@ -203,6 +203,13 @@ func (s *Server) managerError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "%v", err)
 	case errors.Is(err, sandbox.ErrShuttingDown):
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case errors.Is(err, sandbox.ErrUnrestorable):
+		// The manager's message names the sandbox only; the cause (host
+		// paths, runsc's words) is logged.
+		s.log.Error("request failed", "err", err)
+		var u *sandbox.UnrestorableError
+		errors.As(err, &u)
+		writeError(w, http.StatusInternalServerError, "%s", u.Public())
 	default:
 		s.log.Error("request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "internal error: the sandbox operation failed (the server log has the details)")

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -81,6 +82,14 @@ type Config struct {
 	// MetricsInterval is how often running sandboxes are measured for
 	// their metrics history; 0: DefaultMetricsInterval.
 	MetricsInterval time.Duration
+	// StateDir keeps the records of sandboxes saved to disk (saved.go),
+	// which BackendByName finds the backends of; "": none outlives the
+	// manager.
+	StateDir      string
+	BackendByName func(name string) (Backend, error)
+	// PauseInMemory: a pause always freezes the sandbox in memory, even
+	// where its backend could save it to disk.
+	PauseInMemory bool
 }
 
 // TemplateSource finds templates by name; an unknown one is
@@ -95,6 +104,9 @@ var (
 	ErrUnknownTemplate = errors.New("unknown template")
 	ErrTooMany         = errors.New("too many sandboxes")
 	ErrInvalid         = errors.New("invalid request")
+	// ErrUnrestorable: a sandbox saved to disk could not be brought back
+	// (an UnrestorableError says which).
+	ErrUnrestorable = errors.New("the sandbox could not be restored")
 	// ErrConflict: the request does not fit the sandbox's state.
 	ErrConflict = errors.New("conflict")
 	// ErrShuttingDown: the manager is stopping and takes no new sandbox.
@@ -119,8 +131,11 @@ type Sandbox struct {
 	AutoResume bool
 	Ingress    Ingress
 
-	inst      Instance
+	inst      Instance      // nil while saved (below); read it with instance()
 	net       NetAttachment // nil: loopback only
+	pol       policy.Policy // what it was started with, for a restore
+	be        Backend
+	ended     chan struct{} // closed when it is removed
 	transport *http.Transport
 	ports     *http.Transport // to the sandbox's own servers, through the agent
 
@@ -136,7 +151,17 @@ type Sandbox struct {
 	// the end of its time to live pauses it instead of killing it. gone:
 	// being killed; it must not be paused again.
 	paused, autoPause, gone bool
-	history                 []Sample // the sampler's, oldest first
+	// saved: while paused, the backend's name for the sandbox saved to
+	// disk, its memory freed (saved.go); "": paused in memory, or running.
+	saved   string
+	history []Sample // the sampler's, oldest first
+}
+
+// instance is the box that runs s; nil while s is saved.
+func (s *Sandbox) instance() Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inst
 }
 
 // OnTimeout is what the end of s's time to live does: "pause" or "kill".
@@ -199,7 +224,11 @@ type cpuMark struct {
 
 // usage is Usage with the CPU share since mark, which moves to now.
 func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
-	bu, err := s.inst.Usage(ctx)
+	inst := s.instance()
+	if inst == nil {
+		return Usage{}, nil // saved to disk: it uses no memory, no CPU
+	}
+	bu, err := inst.Usage(ctx)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -246,7 +275,7 @@ func (s *Sandbox) Network() (policy.Network, bool) {
 }
 
 // Done is closed when the sandbox has ended, whatever the reason.
-func (s *Sandbox) Done() <-chan struct{} { return s.inst.Done() }
+func (s *Sandbox) Done() <-chan struct{} { return s.ended }
 
 // Manager owns every sandbox of the host.
 type Manager struct {
@@ -261,6 +290,7 @@ type Manager struct {
 	private   map[*Private]struct{} // boxes of the daemon's own (builds)
 	closed    bool
 	starting  int            // creates past the limit check, not yet registered
+	saved     atomic.Int64   // registered sandboxes saved to disk: not running
 	creating  sync.WaitGroup // the same creates, for Shutdown to wait for
 
 	ctx      context.Context // ends at Shutdown: stops the pool fillers
@@ -290,6 +320,7 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 		m.pools[t.Name] = m.newPool(t, false)
 	}
 	m.mu.Unlock()
+	m.loadSaved()
 	return m
 }
 
@@ -415,7 +446,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	}
 	// Sandboxes still starting count against the limit: checking the
 	// registry alone would let a burst of concurrent creates past it.
-	if m.cfg.MaxSandboxes > 0 && len(m.sandboxes)+m.starting >= m.cfg.MaxSandboxes {
+	if m.cfg.MaxSandboxes > 0 && m.running()+m.starting >= m.cfg.MaxSandboxes {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
 	}
@@ -490,8 +521,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		MemoryMB:     pol.MemoryBytes >> 20,
 		DiskMB:       pol.DiskBytes >> 20,
 		inst:         inst,
-		transport:    agentTransport(inst),
-		ports:        portTransport(inst),
+		pol:          pol,
+		be:           be,
+		ended:        make(chan struct{}),
 		apiMark:      cpuMark{usage.CPU, time.Now()},
 		sampleMark:   cpuMark{usage.CPU, time.Now()},
 		autoPause:    req.AutoPause,
@@ -499,6 +531,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		Ingress:      req.Ingress,
 		net:          netAtt,
 	}
+	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
@@ -522,16 +555,26 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	sb.endAt = time.Now().Add(ttl)
 	sb.timer = time.AfterFunc(ttl, func() { m.expire(sb) })
 	sb.mu.Unlock()
-	// A sandbox that dies by itself (its agent crashed, the OOM killer)
-	// leaves the registry too.
-	go func() {
-		<-inst.Done()
-		m.remove(sb, "ended")
-	}()
+	m.watch(sb, inst)
 	m.metrics.observeCreate(time.Since(start), pooled)
 	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,
 		"ms", float64(time.Since(start).Microseconds())/1000)
 	return sb, nil
+}
+
+// running is how many registered sandboxes run (or are paused in
+// memory); m.mu is held.
+func (m *Manager) running() int { return len(m.sandboxes) - int(m.saved.Load()) }
+
+// watch removes sb when inst, its box, dies by itself (its agent crashed,
+// the OOM killer), unless inst is no longer sb's: saved to disk.
+func (m *Manager) watch(sb *Sandbox, inst Instance) {
+	go func() {
+		<-inst.Done()
+		if sb.instance() == inst {
+			m.remove(sb, "ended")
+		}
+	}()
 }
 
 // IsConfigured reports whether name is one of the configured templates
@@ -695,19 +738,35 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox) error {
 	if sb.paused {
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, sb.ID)
 	}
-	if err := sb.inst.Pause(ctx); err != nil {
-		_ = sb.inst.Resume(context.WithoutCancel(ctx)) // never half paused
-		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
+	saved := false
+	if m.canSave(sb) {
+		// Not cut short by a client that goes away mid-checkpoint.
+		err := m.save(context.WithoutCancel(ctx), sb)
+		if err != nil {
+			m.log.Warn("could not save the sandbox to disk: pausing it in memory", "sandbox", sb.ID, "err", err)
+		}
+		saved = err == nil
 	}
-	// Paused, it still holds its memory: it is removed when the server's
-	// longest time to live has passed (without a bound, when killed).
+	if !saved {
+		if err := sb.inst.Pause(ctx); err != nil {
+			_ = sb.inst.Resume(context.WithoutCancel(ctx)) // never half paused
+			return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
+		}
+	}
+	// Paused, it is removed when the server's longest time to live has
+	// passed (without a bound, when killed).
 	sb.timer.Stop()
 	if max := m.cfg.MaxTTL; max > 0 {
 		sb.endAt = time.Now().Add(max)
 		sb.timer.Reset(max)
 	}
 	sb.paused = true
-	m.log.Info("sandbox paused", "sandbox", sb.ID)
+	if saved {
+		if err := m.writeRecord(sb); err != nil {
+			m.log.Error("saved sandbox's record: it will not outlive this daemon", "sandbox", sb.ID, "err", err)
+		}
+	}
+	m.log.Info("sandbox paused", "sandbox", sb.ID, "to disk", saved)
 	return nil
 }
 
@@ -720,7 +779,17 @@ func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error 
 		}
 		// Not cut short by a client that goes away: a box thawed but
 		// still marked paused would refuse its traffic.
-		if err := sb.inst.Resume(context.WithoutCancel(ctx)); err != nil {
+		if sb.saved != "" {
+			m.mu.Lock()
+			full := m.cfg.MaxSandboxes > 0 && m.running()+m.starting >= m.cfg.MaxSandboxes
+			m.mu.Unlock()
+			if full {
+				return fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
+			}
+			if err := m.restore(context.WithoutCancel(ctx), sb); err != nil {
+				return err
+			}
+		} else if err := sb.inst.Resume(context.WithoutCancel(ctx)); err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", id, err)
 		}
 		sb.paused = false
@@ -781,13 +850,19 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 		sb.timer.Stop()
 	}
 	sb.gone = true
-	if err := sb.inst.Kill(context.Background()); err != nil {
+	inst := sb.inst
+	if inst == nil {
+		m.forget(sb)
+	} else if err := inst.Kill(context.Background()); err != nil {
 		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
 	}
 	sb.mu.Unlock()
-	if err := sb.inst.Wait(); err != nil {
-		m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
+	if inst != nil {
+		if err := inst.Wait(); err != nil {
+			m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
+		}
 	}
+	close(sb.ended)
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
 	m.metrics.ended.Add(1)
@@ -798,8 +873,14 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
 	m.closed = true
-	all := slices.Collect(maps.Values(m.sandboxes))
+	registered := slices.Collect(maps.Values(m.sandboxes))
 	m.mu.Unlock()
+	var all []*Sandbox
+	for _, sb := range registered {
+		if sb.instance() != nil { // what is saved to disk stays there
+			all = append(all, sb)
+		}
+	}
 	m.cancel()
 	m.wg.Wait()
 	var wg sync.WaitGroup
@@ -844,9 +925,9 @@ func (m *Manager) Counts() (running map[string]int, pooled map[string]int) {
 
 // agentTransport speaks HTTP to the agent inside inst. Streams must not be
 // cut by timeouts here: the SDK sets its own.
-func agentTransport(inst Instance) *http.Transport {
+func agentTransport(inst func() Instance) *http.Transport {
 	return &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return inst.Dial(ctx) },
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx, inst) },
 		MaxIdleConnsPerHost: 32,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
@@ -858,7 +939,7 @@ func agentTransport(inst Instance) *http.Transport {
 // the port as their host's ("http://127.0.0.1:3000/…"); an https URL
 // speaks TLS to the server without checking its certificate (E2B's
 // httpsPorts: the sandbox's own, often self-signed).
-func portTransport(inst Instance) *http.Transport {
+func portTransport(inst func() Instance) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			_, p, err := net.SplitHostPort(addr)
@@ -869,7 +950,7 @@ func portTransport(inst Instance) *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			c, err := inst.Dial(ctx)
+			c, err := dial(ctx, inst)
 			if err != nil {
 				return nil, err
 			}
@@ -886,6 +967,19 @@ func portTransport(inst Instance) *http.Transport {
 		DisableCompression:  true,
 	}
 }
+
+// dial connects to the agent of the box inst returns now: none while the
+// sandbox is saved to disk.
+func dial(ctx context.Context, inst func() Instance) (net.Conn, error) {
+	i := inst()
+	if i == nil {
+		return nil, errors.New("the sandbox is paused")
+	}
+	return i.Dial(ctx)
+}
+
+// the returns an Instance, for the transports of a box that never changes.
+func the(inst Instance) func() Instance { return func() Instance { return inst } }
 
 // PortTransport reaches the servers that processes in the sandbox run.
 func (s *Sandbox) PortTransport() http.RoundTripper { return s.ports }

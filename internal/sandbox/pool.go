@@ -176,7 +176,7 @@ func prepare(ctx context.Context, t *Template, inst Instance) error {
 	if t.Ready == nil {
 		return nil
 	}
-	tr := agentTransport(inst)
+	tr := agentTransport(the(inst))
 	defer tr.CloseIdleConnections()
 	return t.Ready(ctx, &agentproto.Client{Transport: tr})
 }
@@ -234,7 +234,7 @@ func (m *Manager) sourcePool(t *Template) *pool {
 func warm(ctx context.Context, inst Instance) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	tr := agentTransport(inst)
+	tr := agentTransport(the(inst))
 	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
 	resp, err := tr.RoundTrip(req)

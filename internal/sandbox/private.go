@@ -43,7 +43,7 @@ func (m *Manager) StartPrivate(ctx context.Context, b Backend, p policy.Policy) 
 		m.discard(inst)
 		return nil, err
 	}
-	pv := &Private{m: m, inst: inst, transport: agentTransport(inst)}
+	pv := &Private{m: m, inst: inst, transport: agentTransport(the(inst))}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

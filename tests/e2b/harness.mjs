@@ -8,9 +8,11 @@ import { createInterface } from 'node:readline'
 
 const bin = process.env.AIRLOCK_BIN ?? resolve(import.meta.dirname, '../../bin/airlock')
 
-export async function startServer(extraArgs = []) {
-  const stateDir = mkdtempSync(join(tmpdir(), 'airlock-e2b-test-'))
-  const apiKey = 'e2b_' + randomBytes(20).toString('hex')
+// opts.stateDir and opts.apiKey start a server where an earlier one left
+// off (see crash).
+export async function startServer(extraArgs = [], opts = {}) {
+  const stateDir = opts.stateDir ?? mkdtempSync(join(tmpdir(), 'airlock-e2b-test-'))
+  const apiKey = opts.apiKey ?? 'e2b_' + randomBytes(20).toString('hex')
   // AIRLOCK_TEST_BACKEND=gvisor runs the same suites on the gVisor backend.
   const backend = process.env.AIRLOCK_TEST_BACKEND ? ['--backend', process.env.AIRLOCK_TEST_BACKEND] : []
   const proc = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...backend, ...extraArgs], {
@@ -41,6 +43,13 @@ export async function startServer(extraArgs = []) {
     apiKey,
     stateDir,
     log: () => log,
+    // crash kills the server with SIGKILL and leaves its state directory
+    // for the next one.
+    async crash() {
+      const exited = new Promise((ok) => proc.on('exit', ok))
+      proc.kill('SIGKILL')
+      await exited
+    },
     async stop() {
       const exited = new Promise((ok) => proc.on('exit', (code, sig) => ok({ code, sig })))
       proc.kill('SIGTERM')

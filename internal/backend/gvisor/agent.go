@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +33,7 @@ const (
 // agentSandbox is a long-lived gVisor sandbox running the agent.
 type agentSandbox struct {
 	runsc  string
+	log    *slog.Logger
 	b      *bundle
 	runDir string
 	run    *exec.Cmd
@@ -66,16 +68,8 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 		return nil, err
 	}
 	b.netns = netns
-	s := &agentSandbox{runsc: be.runsc, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
-	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
-	// the host that uid is 1000 too (gVisor's gofer does not remap), and
-	// runDir sits in root's 0700 state directory, out of any host user's
-	// reach.
-	if err := os.MkdirAll(s.runDir, 0o700); err != nil {
-		b.remove("")
-		return nil, err
-	}
-	if err := os.Chown(s.runDir, layout.UID, layout.GID); err != nil {
+	s, err := be.newAgentSandbox(b)
+	if err != nil {
 		b.remove("")
 		return nil, err
 	}
@@ -85,21 +79,46 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 		{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 	}
-	if len(p.RootLayers) > 0 { // a root, so sudo (agent/sudo.go)
+	if p.Root { // a root, so sudo (agent/sudo.go)
 		mounts = append(mounts, specs.Mount{Destination: layout.SudoPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
-	err = be.writeBundle(b, spec, mounts...)
-	if err != nil {
+	if err := be.writeBundle(b, spec, mounts...); err != nil {
 		b.remove("")
 		return nil, err
 	}
-	// Attached, as in Run: runsc is the sandbox's parent for its whole
-	// life, and killing runsc kills the sandbox.
-	s.run = b.runsc(be.runsc, append([]string{"--host-uds", "create", "--log-fd", "3"}, b.runFlags()...), "run", "--bundle", b.dir, b.id)
-	errW, err := s.failure.pipe()
-	if err != nil {
+	if err := s.start("run"); err != nil {
 		b.remove("")
 		return nil, err
+	}
+	return s, nil
+}
+
+// newAgentSandbox is the sandbox of bundle b, with its agent's directory.
+func (be *Backend) newAgentSandbox(b *bundle) (*agentSandbox, error) {
+	s := &agentSandbox{runsc: be.runsc, log: be.log, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
+	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
+	// the host that uid is 1000 too (gVisor's gofer does not remap), and
+	// runDir sits in root's 0700 state directory, out of any host user's
+	// reach.
+	if err := os.MkdirAll(s.runDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(s.runDir, layout.UID, layout.GID); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start runs the sandbox with runsc's command (run, or restore with its
+// flags), attached: runsc is the sandbox's parent for its whole life, and
+// killing runsc kills the sandbox.
+func (s *agentSandbox) start(command string, flags ...string) error {
+	b := s.b
+	args := append(append([]string{command}, flags...), "--bundle", b.dir, b.id)
+	s.run = b.runsc(s.runsc, append([]string{"--host-uds", "create", "--log-fd", "3"}, b.runFlags()...), args...)
+	errW, err := s.failure.pipe()
+	if err != nil {
+		return err
 	}
 	s.run.ExtraFiles = []*os.File{errW}
 	// The sandbox keeps its stdio for its whole life: hand it a pipe of our
@@ -107,10 +126,9 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		errW.Close()
-		b.remove("")
-		return nil, err
+		return err
 	}
-	log := backend.LineLog(be.log)
+	log := backend.LineLog(s.log)
 	go func() { io.Copy(log, logR); logR.Close() }()
 	s.run.Stdout, s.run.Stderr = logW, logW
 	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
@@ -118,14 +136,13 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 	logW.Close()
 	errW.Close()
 	if err != nil {
-		b.remove("")
-		return nil, fmt.Errorf("start runsc: %w", err)
+		return fmt.Errorf("start runsc: %w", err)
 	}
 	go func() {
 		s.run.Wait()
 		close(s.done)
 	}()
-	return s, nil
+	return nil
 }
 
 // Dial connects to the agent, waiting for it to listen (it starts after
@@ -181,9 +198,13 @@ func (s *agentSandbox) Pause(ctx context.Context) error { return s.b.cg.Freeze(c
 // Resume restarts a paused sandbox.
 func (s *agentSandbox) Resume(ctx context.Context) error { return s.b.cg.Freeze(ctx, false) }
 
-// Wait waits for the sandbox to end and removes all of it.
+// Wait waits for the sandbox to end and removes all of it; a restore
+// that never came up leaves its saved sandbox, for another try.
 func (s *agentSandbox) Wait() error {
 	<-s.done
+	if s.isSaved() {
+		return s.b.release(s.runsc)
+	}
 	return s.b.remove(s.runsc)
 }
 

@@ -235,7 +235,13 @@ func (be *Backend) newBundle(p *policy.Policy) (*bundle, error) {
 	if _, err := rand.Read(r[:]); err != nil {
 		return nil, err
 	}
-	b := &bundle{id: hex.EncodeToString(r[:]), stateDir: be.stateDir}
+	return be.openBundle(hex.EncodeToString(r[:]), p)
+}
+
+// openBundle makes, or takes again (a restore), the directory, lock and
+// cgroup of sandbox id.
+func (be *Backend) openBundle(id string, p *policy.Policy) (*bundle, error) {
+	b := &bundle{id: id, stateDir: be.stateDir}
 	b.dir = filepath.Join(be.stateDir, "bundles", b.id)
 	if err := os.MkdirAll(b.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
@@ -271,6 +277,19 @@ func (be *Backend) newBundle(p *policy.Policy) (*bundle, error) {
 // remove deletes the sandbox from runsc (unless runsc is "", nothing having
 // started), kills what is left in its cgroup, and removes it all.
 func (b *bundle) remove(runsc string) error {
+	err := b.release(runsc)
+	// What could not be removed stays behind its unlocked lock file, for
+	// the next Cleanup to retry.
+	if err == nil {
+		os.RemoveAll(b.dir)
+	}
+	return err
+}
+
+// release undoes what runs the sandbox (runsc's state, the cgroup, the
+// image root's mount, the agent's directory) and unlocks the bundle,
+// which stays: a saved sandbox's (checkpoint.go).
+func (b *bundle) release(runsc string) error {
 	var errs []error
 	if b.cg != nil {
 		// A paused sandbox dies of nothing until it runs: runsc delete
@@ -286,11 +305,8 @@ func (b *bundle) remove(runsc string) error {
 	// Before the bundle is removed: its rootfs may be an image's layers.
 	errs = append(errs, b.unmountRoot())
 	err := errors.Join(errs...)
-	// What could not be removed stays behind its unlocked lock file, for
-	// the next Cleanup to retry.
 	if err == nil {
 		os.RemoveAll(filepath.Join(b.stateDir, "agents", b.id))
-		os.RemoveAll(b.dir)
 	}
 	if b.lock != nil {
 		b.lock.Close()
@@ -593,6 +609,10 @@ func (be *Backend) Cleanup(context.Context) error {
 			b.lock = f
 		} else if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
 			continue // being created
+		}
+		if _, err := os.Stat(filepath.Join(b.dir, savedMarker)); err == nil {
+			b.lock.Close()
+			continue // saved: the manager restores or forgets it
 		}
 		if err := b.remove(be.runsc); err != nil {
 			errs = append(errs, fmt.Errorf("leftover gVisor sandbox %s: %w", b.id, err))

@@ -81,9 +81,9 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 }
 
 // selfMounts are where a sandbox of p has the airlock binary: its agent,
-// and sudo where it has a root (a root of an image's layers).
+// and sudo where it has a root (an image's).
 func selfMounts(p policy.Policy) []string {
-	if len(p.RootLayers) > 0 {
+	if p.Root {
 		return []string{layout.AgentPath, layout.SudoPath}
 	}
 	return []string{layout.AgentPath}

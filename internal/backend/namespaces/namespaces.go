@@ -57,7 +57,7 @@ type spec struct {
 	// selfMounts are where the airlock binary itself appears, read-only:
 	// the agent, and sudo (agent/sudo.go).
 	selfMounts []string
-	id        string // the sandbox id, when the caller chose it (Start)
+	id         string // the sandbox id, when the caller chose it (Start)
 	// live: the sandbox serves (an agent) rather than runs one command;
 	// its CPU time can be read while it runs, and it can be paused.
 	live bool

@@ -1,0 +1,177 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// Checkpoints: runsc checkpoint saves the whole sandbox (the Sentry's
+// memory, every task, the in-memory file systems: /tmp, the home, an
+// image root's writable layer) into the bundle's checkpoint directory and
+// ends it; runsc restore starts it again from there, under the same
+// bundle, in this process or a later one. What a restore needs besides
+// stays in the bundle (its config, the image root's top layer, the
+// generated /etc files) or is the policy's (the image's layers, mounted
+// again). A bundle whose sandbox is saved has the saved marker: Cleanup
+// leaves it, and only Forget removes it.
+const (
+	checkpointDir = "checkpoint"
+	savedMarker   = "saved"
+)
+
+var (
+	_ backend.Checkpointer = (*agentSandbox)(nil)
+	_ backend.Restorer     = (*Backend)(nil)
+)
+
+// Checkpoint saves the sandbox and ends it (backend.Checkpointer).
+func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
+	if s.b.netns != nil {
+		return "", fmt.Errorf("%w: a sandbox with a network cannot be saved to disk yet", backend.ErrUnsupported)
+	}
+	// The agent lets go of its host socket, then removes it: gVisor
+	// cannot save a socket bound on the host.
+	sock := filepath.Join(s.runDir, "agent.sock")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := os.Stat(sock); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.resumeAgent()
+			return "", errors.New("the agent did not let go of its socket")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	dir := filepath.Join(s.b.dir, checkpointDir)
+	if err := os.RemoveAll(dir); err != nil { // a restored-from, earlier one
+		s.resumeAgent()
+		return "", err
+	}
+	out, err := s.b.runsc(s.runsc, nil, "checkpoint", "--image-path", dir, s.b.id).CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		s.resumeAgent()
+		return "", fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
+	}
+	// runsc run ends with the sandbox; what ran it goes, what restores it
+	// stays.
+	<-s.done
+	if err := os.WriteFile(filepath.Join(s.b.dir, savedMarker), nil, 0o600); err != nil {
+		return "", err
+	}
+	return s.b.id, s.b.release(s.runsc)
+}
+
+// isSaved reports whether the bundle holds a saved sandbox.
+func (s *agentSandbox) isSaved() bool {
+	_, err := os.Stat(filepath.Join(s.b.dir, savedMarker))
+	return err == nil
+}
+
+// resumeAgent tells the agent to listen again (a checkpoint failed).
+func (s *agentSandbox) resumeAgent() {
+	s.b.runsc(s.runsc, nil, "kill", s.b.id, strconv.Itoa(int(agentproto.ResumeSignal))).Run()
+}
+
+var savedName = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// Restore starts the sandbox saved as name under p (backend.Restorer).
+func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (backend.Instance, error) {
+	if !savedName.MatchString(name) {
+		return nil, fmt.Errorf("no saved sandbox %q", name)
+	}
+	dir := filepath.Join(be.stateDir, "bundles", name)
+	if _, err := os.Stat(filepath.Join(dir, savedMarker)); err != nil {
+		return nil, fmt.Errorf("no saved sandbox %q", name)
+	}
+	b, err := be.openBundle(name, &p)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.RootLayers) > 0 {
+		b.image, b.overlay = true, p.DiskBytes
+		if err := mountOverlay(filepath.Join(dir, "rootfs"), append([]string{filepath.Join(dir, "top")}, p.RootLayers...)); err != nil {
+			b.release("")
+			return nil, fmt.Errorf("the image's layers: %w", err)
+		}
+	}
+	s, err := be.newAgentSandbox(b)
+	if err != nil {
+		b.release("")
+		return nil, err
+	}
+	if err := s.start("restore", "--image-path", filepath.Join(dir, checkpointDir)); err != nil {
+		b.release("")
+		return nil, err
+	}
+	// The restored agent waits for its signal to listen again: sent until
+	// its socket is there (the container may not take signals yet).
+	// Once it listens, the sandbox runs again: what saved it goes.
+	go func() {
+		sock := filepath.Join(s.runDir, "agent.sock")
+		for {
+			if _, err := os.Stat(sock); err == nil {
+				os.Remove(filepath.Join(dir, savedMarker))
+				os.RemoveAll(filepath.Join(dir, checkpointDir))
+				return
+			}
+			s.resumeAgent()
+			select {
+			case <-s.done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return s, nil
+}
+
+// Forget removes the saved sandbox name (backend.Restorer).
+func (be *Backend) Forget(name string) error {
+	if !savedName.MatchString(name) {
+		return fmt.Errorf("no saved sandbox %q", name)
+	}
+	b := &bundle{id: name, dir: filepath.Join(be.stateDir, "bundles", name), stateDir: be.stateDir}
+	lock, err := os.OpenFile(filepath.Join(b.dir, "lock"), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		lock.Close()
+		return fmt.Errorf("saved sandbox %s is running", name)
+	}
+	b.lock = lock
+	return b.remove(be.runsc)
+}
+
+// Saved lists the saved sandboxes (backend.Restorer).
+func (be *Backend) Saved() ([]string, error) {
+	markers, err := filepath.Glob(filepath.Join(be.stateDir, "bundles", "*", savedMarker))
+	var names []string
+	for _, m := range markers {
+		names = append(names, filepath.Base(filepath.Dir(m)))
+	}
+	return names, err
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return s
+}
