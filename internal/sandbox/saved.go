@@ -125,7 +125,7 @@ type UnrestorableError struct {
 	Err error // the backend's words: for the log, not for clients
 }
 
-func (e *UnrestorableError) Error() string { return fmt.Sprintf("restore sandbox %s: %v", e.ID, e.Err) }
+func (e *UnrestorableError) Error() string   { return fmt.Sprintf("restore sandbox %s: %v", e.ID, e.Err) }
 func (e *UnrestorableError) Unwrap() []error { return []error{ErrUnrestorable, e.Err} }
 
 // Public is what a client is told.
