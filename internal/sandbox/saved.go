@@ -56,11 +56,17 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 	start := time.Now()
 	// The agent lets go of the host's socket (checkpoints cannot keep
 	// one): every connection to it ends here, as on E2B's pause.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+"checkpoint", nil)
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://agent"+agentproto.SetupPath+"checkpoint", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := sb.transport.RoundTrip(req)
+	// Not sb.transport: it dials through sb.instance(), which waits for
+	// sb.mu, held here.
+	tr := agentTransport(the(sb.inst))
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		return err
 	}
