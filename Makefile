@@ -75,7 +75,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template
+bench: bench-run bench-serve bench-net bench-template bench-pause
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -92,6 +92,10 @@ bench-net: deps build runsc
 # each backend, against base in the same run.
 bench-template: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-template.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-template.mjs
+
+# Pause and resume on gVisor: saved to disk against frozen in memory.
+bench-pause: deps build runsc
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench-pause.mjs
 
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy

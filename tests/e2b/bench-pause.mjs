@@ -20,6 +20,7 @@ const rounds = 5
 const results = {}
 for (const [mode, file] of [['disk', cfgDisk], ['memory', cfg]]) {
   const server = await startServer(['--config', file, '--pool-size', '0'])
+  try {
   for (const mib of [16, 64, 256]) {
     const pause = [], resume = []
     const sbx = await Sandbox.create('base', { timeoutMs: 600_000 })
@@ -33,7 +34,9 @@ for (const [mode, file] of [['disk', cfgDisk], ['memory', cfg]]) {
     await sbx.kill()
     results[`${mode} ${mib}`] = { pause: pct(pause, 50), resume: pct(resume, 50) }
   }
-  await server.stop()
+  } finally {
+    await server.stop() // a failed round must not leave a server behind
+  }
 }
 console.log(`gVisor pause/resume, medians of ${rounds} (ms): to disk vs in memory`)
 for (const mib of [16, 64, 256]) {
