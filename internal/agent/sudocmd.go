@@ -77,19 +77,64 @@ type sudoOptions struct {
 	argv         []string
 }
 
+// longOptions are sudo's long options, as the short ones they spell.
+var longOptions = map[string]byte{
+	"--user": 'u', "--chdir": 'D', "--set-home": 'H', "--login": 'i', "--shell": 's',
+	"--non-interactive": 'n', "--stdin": 'S', "--help": 'h', "--version": 'V', "--validate": 'v',
+	"--reset-timestamp": 'k', "--remove-timestamp": 'K', "--list": 'l',
+}
+
 func parseSudo(args []string) (*sudoOptions, error) {
 	o := &sudoOptions{user: "root"}
-	value := func(name string, i *int, inline string) (string, error) {
+	i := 0
+	// value is option name's argument: attached (inline) or the next one.
+	value := func(name, inline string) (string, error) {
 		if inline != "" {
 			return inline, nil
 		}
-		if *i+1 >= len(args) {
+		if i+1 >= len(args) {
 			return "", fmt.Errorf("option %s requires an argument", name)
 		}
-		*i++
-		return args[*i], nil
+		i++
+		return args[i], nil
 	}
-	i := 0
+	// option applies the short option c; it reports whether it took the
+	// rest of its argument as its value.
+	option := func(c byte, name, rest string) (took bool, err error) {
+		switch c {
+		case 'u':
+			o.user, err = value(name, rest)
+			return true, err
+		case 'D':
+			o.dir, err = value(name, rest)
+			return true, err
+		case 'E':
+			o.preserveAll = true
+		case 'H':
+			o.setHome = true
+		case 'i':
+			o.login = true
+		case 's':
+			o.shell = true
+		case 'n', 'S', 'A':
+		case 'k', 'K':
+			// No password, so no timestamp to forget; -k with a command
+			// runs it.
+		case 'h':
+			o.mode = "help"
+		case 'V':
+			o.mode = "version"
+		case 'v':
+			o.mode = "validate"
+		case 'l':
+			o.mode = "list"
+		case 'b':
+			return false, errors.New("option -b is not supported here (use the shell's &)")
+		default:
+			return false, fmt.Errorf("option %s is not supported here", name)
+		}
+		return false, nil
+	}
 	for ; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -101,38 +146,19 @@ func parseSudo(args []string) (*sudoOptions, error) {
 		}
 		if strings.HasPrefix(a, "--") {
 			name, inline, _ := strings.Cut(a, "=")
-			var err error
-			switch name {
-			case "--user":
-				o.user, err = value(name, &i, inline)
-			case "--chdir":
-				o.dir, err = value(name, &i, inline)
-			case "--preserve-env":
+			if name == "--preserve-env" {
 				if inline == "" {
 					o.preserveAll = true
 				} else {
 					o.preserveVars = append(o.preserveVars, strings.Split(inline, ",")...)
 				}
-			case "--set-home":
-				o.setHome = true
-			case "--login":
-				o.login = true
-			case "--shell":
-				o.shell = true
-			case "--non-interactive", "--stdin":
-			case "--help":
-				o.mode = "help"
-			case "--version":
-				o.mode = "version"
-			case "--validate":
-				o.mode = "validate"
-			case "--reset-timestamp", "--remove-timestamp":
-			case "--list":
-				o.mode = "list"
-			default:
+				continue
+			}
+			c, ok := longOptions[name]
+			if !ok {
 				return nil, fmt.Errorf("option %s is not supported here", name)
 			}
-			if err != nil {
+			if _, err := option(c, name, inline); err != nil {
 				return nil, err
 			}
 			continue
@@ -140,45 +166,12 @@ func parseSudo(args []string) (*sudoOptions, error) {
 		// Short options, possibly grouped (-nE), the last one's value
 		// possibly attached (-uroot).
 		for j := 1; j < len(a); j++ {
-			var err error
-			switch c := a[j]; c {
-			case 'u', 'D':
-				var v string
-				v, err = value("-"+string(c), &i, a[j+1:])
-				if c == 'u' {
-					o.user = v
-				} else {
-					o.dir = v
-				}
-				j = len(a)
-			case 'E':
-				o.preserveAll = true
-			case 'H':
-				o.setHome = true
-			case 'i':
-				o.login = true
-			case 's':
-				o.shell = true
-			case 'n', 'S', 'A', 'b':
-				if c == 'b' {
-					return nil, errors.New("option -b is not supported here (use the shell's &)")
-				}
-			case 'h':
-				o.mode = "help"
-			case 'V':
-				o.mode = "version"
-			case 'v':
-				o.mode = "validate"
-			case 'k', 'K':
-				// No password, so no timestamp to forget; -k with a
-				// command runs it.
-			case 'l':
-				o.mode = "list"
-			default:
-				return nil, fmt.Errorf("option -%c is not supported here", c)
-			}
+			took, err := option(a[j], "-"+a[j:j+1], a[j+1:])
 			if err != nil {
 				return nil, err
+			}
+			if took {
+				break
 			}
 		}
 	}
