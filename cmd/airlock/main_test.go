@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,5 +245,50 @@ func TestGVisorBackendFlags(t *testing.T) {
 	r := airlock(t, "hi\n", "run", "--backend", "gvisor", "--stdin", "--json", "--", "/bin/bash", "-c", "read x; echo $x $(uname -r); exit 4")
 	if r.code != 4 || !strings.Contains(r.stdout, `"stdout":"hi 4.19.0-gvisor\n"`) {
 		t.Errorf("gvisor run: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A signal sent to a sandbox's init reaches its command: init passes it
+// on from the thread that forked the command, the one whose Landlock
+// domain the command shares (a thread of another domain is refused by
+// the signal scope).
+func TestInitForwardsSignals(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	cmd := exec.Command(airlockBin, "run", "--timeout", "20s", "--", "/bin/sh", "-c",
+		`trap "echo got TERM; exit 3" TERM; echo ready; while :; do sleep 0.05; done`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	r := bufio.NewReader(out)
+	if line, _ := r.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the command did not start: %q", line)
+	}
+	// The sandbox's init is airlock run's only child (forked by any of
+	// its threads).
+	var kids []string
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	if len(kids) != 1 {
+		t.Fatalf("children of airlock run: %q, want its sandbox's init", kids)
+	}
+	initPid, err := strconv.Atoi(kids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(initPid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); string(rest) != "got TERM\n" || code != 3 {
+		t.Errorf("after SIGTERM to init: %q, exit %d; want the command's trap, exit 3", rest, code)
 	}
 }

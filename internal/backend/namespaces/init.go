@@ -201,23 +201,36 @@ func setup() (int, error) {
 }
 
 // reap waits for children until main ends, and returns its wait status.
-// Signals sent to init are passed on to main.
+// Signals sent to init are passed on to main, from this goroutine's
+// thread, the one that forked main: Landlock gave each of init's threads
+// a domain of its own (ABI 7 has no TSYNC), and its signal scope lets a
+// thread signal only processes of its own domain, which main inherited
+// from this thread alone. The waiting is done on another thread (it is
+// not scoped) and reported here.
 func reap(main int) unix.WaitStatus {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	ended := make(chan unix.WaitStatus, 1)
 	go func() {
-		for s := range sigs {
-			_ = unix.Kill(main, s.(unix.Signal))
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, 0, nil)
+			switch {
+			case err == unix.EINTR:
+			case err != nil: // ECHILD: cannot happen before main is reaped
+				ended <- unix.WaitStatus(0xff00) // exit code 255
+				return
+			case pid == main:
+				ended <- ws
+				return
+			}
 		}
 	}()
 	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
-		switch {
-		case err == unix.EINTR:
-		case err != nil: // ECHILD: cannot happen before main is reaped
-			return unix.WaitStatus(0xff00) // exit code 255
-		case pid == main:
+		select {
+		case s := <-sigs:
+			_ = unix.Kill(main, s.(unix.Signal))
+		case ws := <-ended:
 			return ws
 		}
 	}
