@@ -51,6 +51,10 @@ export async function startServer(extraArgs = [], opts = {}) {
       await exited
     },
     async stop() {
+      // What the server logged as errors goes with the test's output: a
+      // failure in CI is then more than a status code.
+      const errors = log.split('\n').filter((l) => /level=ERROR/.test(l))
+      if (errors.length) console.error('airlock serve logged errors:\n' + errors.slice(-20).join('\n'))
       const exited = new Promise((ok) => proc.on('exit', (code, sig) => ok({ code, sig })))
       proc.kill('SIGTERM')
       const res = await exited
