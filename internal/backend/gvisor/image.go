@@ -90,7 +90,11 @@ func (b *bundle) imageRoot(p *policy.Policy, networked bool, extra []specs.Mount
 	}
 	passwd, perr := readImageFile(rootfs, "etc/passwd")
 	group, gerr := readImageFile(rootfs, "etc/group")
-	if err := unix.Unmount(rootfs, 0); err != nil {
+	// Detached, not unmounted: a copy of the host's mounts that another
+	// sandbox's runsc made meanwhile (its own mount namespace) can keep
+	// this one busy, and a plain unmount then fails with EBUSY now and
+	// then (seen in CI). What holds it lets go of it by itself.
+	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil {
 		return nil, fmt.Errorf("unmount the image's layers: %w", err)
 	}
 	if perr != nil || gerr != nil {
