@@ -358,8 +358,13 @@ func runSudo(req *sudoRequest) (int, error) {
 		return 0, err
 	}
 	sigs := make(chan os.Signal, 16)
+	// A signal sudo was started ignoring (nohup's SIGHUP) is not passed
+	// on: the command, started by the agent, is in no terminal's session
+	// and gets none but what sudo relays.
 	for s := range relayedSignals {
-		signal.Notify(sigs, s)
+		if !signal.Ignored(s) {
+			signal.Notify(sigs, s)
+		}
 	}
 	enc := json.NewEncoder(c)
 	go func() {

@@ -112,6 +112,8 @@ test('Template builder: fromImage, envs, runCmd, copy, workdir, user, start and 
     const missing = await sbx.commands.run('sudo no-such-command').catch((e) => e)
     assert.equal(missing.exitCode, 1)
     assert.match(missing.stderr, /sudo: no-such-command: command not found/)
+    // As under nohup (which busybox lacks): sudo passes on no signal it ignores.
+    assert.equal(await run(sbx, '(trap "" HUP; exec sudo sh -c "sleep 0.5; echo survived") > /tmp/nohup.out 2>&1 & s=$!; sleep 0.2; kill -HUP $s; wait $s; cat /tmp/nohup.out'), 'survived')
     // sudo killed: what it ran dies with it.
     assert.equal(await run(sbx, 'sudo sleep 1000 & s=$!; sleep 0.5; kill -9 $s; sleep 0.5; ps -o user,args | grep "^root .*[s]leep" || echo none'), 'none')
   } finally {
