@@ -243,11 +243,11 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
+	// Its timer ends it at endAt; without one (no maxTimeout) it waits,
+	// stopped, for the time to live a resume gives it.
 	sb.mu.Lock()
-	if !sb.endAt.IsZero() {
-		sb.timer = time.AfterFunc(max(time.Until(sb.endAt), 0), func() { m.expire(sb) })
-	} else {
-		sb.timer = time.AfterFunc(time.Hour, func() {})
+	sb.timer = time.AfterFunc(max(time.Until(sb.endAt), 0), func() { m.expire(sb) })
+	if sb.endAt.IsZero() {
 		sb.timer.Stop()
 	}
 	sb.mu.Unlock()

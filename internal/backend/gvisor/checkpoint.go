@@ -82,9 +82,10 @@ func (s *agentSandbox) isSaved() bool {
 	return err == nil
 }
 
-// resumeAgent tells the agent to listen again (a checkpoint failed).
-func (s *agentSandbox) resumeAgent() {
-	s.b.runsc(s.runsc, nil, "kill", s.b.id, strconv.Itoa(int(agentproto.ResumeSignal))).Run()
+// resumeAgent tells the agent to listen again (a checkpoint failed, or
+// the sandbox was restored).
+func (s *agentSandbox) resumeAgent() error {
+	return s.b.runsc(s.runsc, nil, "kill", s.b.id, strconv.Itoa(int(agentproto.ResumeSignal))).Run()
 }
 
 var savedName = regexp.MustCompile(`^[0-9a-f]{16}$`)
@@ -118,22 +119,28 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 		b.release("")
 		return nil, err
 	}
-	// The restored agent waits for its signal to listen again: sent until
-	// its socket is there (the container may not take signals yet).
-	// Once it listens, the sandbox runs again: what saved it goes.
+	// The restored agent waits for its signal to listen again: sent once
+	// the container takes signals (each try is a runsc process: they back
+	// off). Once it listens, the sandbox runs again: what saved it goes.
 	go func() {
 		sock := filepath.Join(s.runDir, "agent.sock")
-		for {
+		signalled := false
+		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 			if _, err := os.Stat(sock); err == nil {
 				os.Remove(filepath.Join(dir, savedMarker))
 				os.RemoveAll(filepath.Join(dir, checkpointDir))
 				return
 			}
-			s.resumeAgent()
+			if !signalled {
+				signalled = s.resumeAgent() == nil
+			}
+			if signalled {
+				delay = 2 * time.Millisecond // the socket comes at once
+			}
 			select {
 			case <-s.done:
 				return
-			case <-time.After(10 * time.Millisecond):
+			case <-time.After(delay):
 			}
 		}
 	}()
