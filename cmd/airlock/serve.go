@@ -132,7 +132,7 @@ func serveCmd(args []string) error {
 	}
 	for _, t := range mcfg.Templates {
 		if t.Name == "base" {
-			mcfg.Source = config.Images{Store: images, Base: t.Policy, PoolSize: imagePool, ReadyTimeout: time.Duration(bcfg.ReadyTimeout)}
+			mcfg.Source = config.Images{Store: images, Base: t.Policy, PoolSize: imagePool, ReadyTimeout: time.Duration(bcfg.ReadyTimeout), Backends: backends.get}
 		}
 	}
 	// Older than any sandbox takes between making its cgroup and starting.

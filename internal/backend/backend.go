@@ -87,6 +87,32 @@ type Restorer interface {
 	Saved() ([]string, error)
 }
 
+// Snapshotter is an Instance that can save a copy of itself whole (its
+// memory, processes and files) into a directory while it runs on, for a
+// Cloner to start copies of: E2B's fork and snapshots.
+type Snapshotter interface {
+	// Snapshot writes the copy into dir, which must not exist yet; its
+	// agent must have let go of the host's socket first, as for a
+	// Checkpoint, and is told to listen again however it ends.
+	Snapshot(ctx context.Context, dir string) error
+}
+
+// Cloner is a Backend that starts boxes from its Snapshotters' copies.
+type Cloner interface {
+	// Clone starts a new box from the copy in dir, under p (the policy
+	// of the box it is a copy of), and tells its agent to listen again.
+	// A copy of another runtime's version, or a corrupt one, is an
+	// error that says so; dir is only read.
+	Clone(ctx context.Context, dir string, p policy.Policy) (Instance, error)
+}
+
+// StateError is saved state (a checkpoint, a snapshot) that a backend
+// refuses to restore. Reason completes "the saved state …" in words fit
+// for clients: no host paths.
+type StateError struct{ Reason string }
+
+func (e *StateError) Error() string { return "the saved state " + e.Reason }
+
 // RootExporter is an Instance whose writable root layer (policy
 // ExportRoot) the host can read back.
 type RootExporter interface {

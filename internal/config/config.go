@@ -297,6 +297,9 @@ type Images struct {
 	Base         policy.Policy
 	PoolSize     int
 	ReadyTimeout time.Duration
+	// Backends finds the backend a snapshot was taken on, which alone
+	// can clone it.
+	Backends func(name string) (sandbox.Backend, error)
 }
 
 // Template returns the template of the image called name.
@@ -308,6 +311,9 @@ func (s Images) Template(name string) (sandbox.Template, error) {
 	}
 	if err != nil {
 		return sandbox.Template{}, err
+	}
+	if img.Snapshot != nil {
+		return s.snapshot(img)
 	}
 	p := s.Base
 	if err := s.Store.Apply(img, &p, false); err != nil {
@@ -335,6 +341,25 @@ func (s Images) Template(name string) (sandbox.Template, error) {
 		}
 	}
 	return t, nil
+}
+
+// snapshot is the template of snapshot img: clones of the sandbox it was
+// taken of, under that sandbox's policy, kept ready as an image's with a
+// start command are.
+func (s Images) snapshot(img *image.Image) (sandbox.Template, error) {
+	dir, err := s.Store.SnapshotDir(img)
+	if err != nil {
+		return sandbox.Template{}, err
+	}
+	if s.Backends == nil {
+		return sandbox.Template{}, fmt.Errorf("template %s: no backend to clone it on", img.Name)
+	}
+	be, err := s.Backends(img.Snapshot.Backend)
+	if err != nil {
+		return sandbox.Template{}, fmt.Errorf("%w: snapshot %s was taken on the %s backend, which this server cannot run: %v", sandbox.ErrInvalid, img.Name, img.Snapshot.Backend, err)
+	}
+	return sandbox.Template{Name: img.Name, Policy: img.Snapshot.Policy, Backend: be, Snapshot: dir,
+		PoolSize: s.PoolSize, Version: img.Created.String() + img.Snapshot.Dir}, nil
 }
 
 // APIKey returns the key clients must present: AIRLOCK_API_KEY if set,

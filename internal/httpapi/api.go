@@ -127,6 +127,7 @@ func (s *Server) routes() {
 	api("POST /sandboxes/{id}/pause", s.pause)
 	api("PUT /sandboxes/{id}/network", s.updateNetwork)
 	api("GET /templates/{a}/{b}", s.templateGet)
+	s.handleSnapshots()
 }
 
 // ServeHTTP routes sandbox traffic to the gateway: requests that carry
@@ -158,7 +159,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+	json.NewEncoder(w).Encode(errorBody{Code: status, Message: fmt.Sprintf(format, args...)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -192,27 +193,39 @@ func (s *Server) HandleAuthenticated(pattern string, h http.Handler) {
 // client's doing is logged in full and answered without detail: it can
 // name host paths.
 func (s *Server) managerError(w http.ResponseWriter, err error) {
+	status, msg := s.errorOf(err)
+	writeError(w, status, "%s", msg)
+}
+
+// errorBody is E2B's error body.
+type errorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// errorOf is the status and message a client gets for err.
+func (s *Server) errorOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
-		writeError(w, http.StatusNotFound, "%v", err)
+		return http.StatusNotFound, err.Error()
 	case errors.Is(err, sandbox.ErrUnknownTemplate), errors.Is(err, sandbox.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "%v", err)
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, sandbox.ErrTooMany):
-		writeError(w, http.StatusTooManyRequests, "%v", err)
+		return http.StatusTooManyRequests, err.Error()
 	case errors.Is(err, sandbox.ErrConflict):
-		writeError(w, http.StatusConflict, "%v", err)
+		return http.StatusConflict, err.Error()
 	case errors.Is(err, sandbox.ErrShuttingDown):
-		writeError(w, http.StatusServiceUnavailable, "%v", err)
+		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, sandbox.ErrUnrestorable):
 		// The manager's message names the sandbox only; the cause (host
 		// paths, runsc's words) is logged.
 		s.log.Error("request failed", "err", err)
 		var u *sandbox.UnrestorableError
 		errors.As(err, &u)
-		writeError(w, http.StatusInternalServerError, "%s", u.Public())
+		return http.StatusInternalServerError, u.Public()
 	default:
 		s.log.Error("request failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "internal error: the sandbox operation failed (the server log has the details)")
+		return http.StatusInternalServerError, "internal error: the sandbox operation failed (the server log has the details)"
 	}
 }
 

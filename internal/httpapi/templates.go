@@ -305,7 +305,9 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, id string)
 // deleteTemplate removes every tag of a template, and the layers no
 // other template has.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	// "name" or "name:default" is every tag of it; "name:tag" that one
+	// (a snapshotID is "name:default").
+	id := build.Normalize(r.PathValue("id"))
 	imgs, err := s.templates.Store.List()
 	if err != nil {
 		s.managerError(w, err)
@@ -313,7 +315,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	found := false
 	for _, img := range imgs {
-		if n, _, _ := strings.Cut(img.Name, ":"); n == id {
+		if n, _, _ := strings.Cut(img.Name, ":"); n == id || img.Name == id {
 			found = true
 			if err := s.templates.Store.Remove(img.Name); err != nil {
 				s.managerError(w, err)

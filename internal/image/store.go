@@ -47,6 +47,21 @@ type Image struct {
 	// Resources its sandboxes ask for (E2B's cpuCount, memoryMB); zero:
 	// the server's defaults. They never exceed the server's own limits.
 	Resources Resources `json:"resources,omitzero"`
+	// Snapshot, set, makes the image a snapshot of a running sandbox:
+	// its sandboxes are cloned from the saved state, as it was.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+}
+
+// Snapshot is what a template of a snapshot has besides an image's: the
+// saved state of a sandbox (in the store's snapshots/<Dir>/, the
+// backend's files) and what its clones need to run as it did. Layers are
+// the sandbox's image's, kept for as long as the snapshot is.
+type Snapshot struct {
+	Dir      string        `json:"dir"`
+	Sandbox  string        `json:"sandbox"`  // the sandbox it was taken of
+	Template string        `json:"template"` // that sandbox's template
+	Backend  string        `json:"backend"`
+	Policy   policy.Policy `json:"policy"`
 }
 
 // Resources are what a template's sandboxes ask for.
@@ -71,8 +86,9 @@ type Config struct {
 
 // Store is an image store in a directory only host root reaches:
 //
-//	layers/<hex>/     a layer unpacked (sha256 of its uncompressed tar)
+//	layers/<hex>/      a layer unpacked (sha256 of its uncompressed tar)
 //	images/<name>.json the images, by name
+//	snapshots/<hex>/   the saved state of a snapshot (Image.Snapshot)
 type Store struct {
 	dir    string
 	limits Limits
@@ -396,6 +412,31 @@ func (s *Store) Apply(img *Image, p *policy.Policy, keepWorkdir bool) error {
 	return nil
 }
 
+// NewSnapshotDir names a directory for a new snapshot's saved state,
+// which the backend makes; what no image names by then is pruned, so it
+// is made under Hold.
+func (s *Store) NewSnapshotDir() (name, dir string, err error) {
+	var r [12]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, "snapshots"), 0o700); err != nil {
+		return "", "", err
+	}
+	name = hex.EncodeToString(r[:])
+	return name, filepath.Join(s.dir, "snapshots", name), nil
+}
+
+// SnapshotDir is the directory of snapshot img's saved state.
+func (s *Store) SnapshotDir(img *Image) (string, error) {
+	if img.Snapshot == nil || !snapshotName.MatchString(img.Snapshot.Dir) {
+		return "", fmt.Errorf("template %s is not a snapshot", img.Name)
+	}
+	return filepath.Join(s.dir, "snapshots", img.Snapshot.Dir), nil
+}
+
+var snapshotName = regexp.MustCompile(`^[0-9a-f]{24}$`)
+
 func (s *Store) imagePath(n string) string { return filepath.Join(s.dir, "images", n+".json") }
 
 // ErrNotFound: no image of that name.
@@ -473,12 +514,21 @@ func (s *Store) Prune() error {
 		for _, id := range img.Layers {
 			keep[strings.TrimPrefix(id, "sha256:")] = true
 		}
+		if img.Snapshot != nil {
+			keep[img.Snapshot.Dir] = true
+		}
+	}
+	var errs []error
+	snaps, _ := os.ReadDir(filepath.Join(s.dir, "snapshots"))
+	for _, e := range snaps {
+		if !keep[e.Name()] {
+			errs = append(errs, os.RemoveAll(filepath.Join(s.dir, "snapshots", e.Name())))
+		}
 	}
 	entries, err := os.ReadDir(filepath.Join(s.dir, "layers"))
 	if err != nil {
 		return err
 	}
-	var errs []error
 	for _, e := range entries {
 		n := e.Name()
 		id := strings.TrimSuffix(n, ".size")

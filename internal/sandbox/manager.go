@@ -49,6 +49,10 @@ type Template struct {
 	// Version tells apart what a Source returns for one name over time
 	// (an image rebuilt): a pool of another version is replaced.
 	Version string
+	// Snapshot, if set, is the directory of a snapshot (snapshot.go) its
+	// sandboxes are cloned from, running as it was, rather than started:
+	// Policy is then the snapshotted sandbox's, and Ready is nil.
+	Snapshot string
 }
 
 // backend returns the backend of t's sandboxes.
@@ -426,6 +430,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	} else {
 		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, req.TemplateID)
 	}
+	return m.create(ctx, req, tmpl, p, start)
+}
+
+// create hands out a sandbox of tmpl, from pool p if it has one (p may
+// be nil).
+func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template, p *pool, start time.Time) (*Sandbox, error) {
 	ttl, err := m.ttl(req.TTL)
 	if err != nil {
 		return nil, err
@@ -439,6 +449,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	}
 	pol.Network = req.Network
 	networked := pol.Network.Mode != policy.NetNone
+	if networked && tmpl.Snapshot != "" {
+		return nil, fmt.Errorf("%w: a sandbox from a snapshot cannot have a network yet: create it without allowInternetAccess and network", ErrInvalid)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -483,7 +496,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		if networked {
 			inst, netAtt, err = m.startNetworked(ctx, be, id, pol)
 		} else {
-			inst, err = be.Start(ctx, pol, nil)
+			inst, err = startBox(ctx, be, tmpl, pol)
 		}
 		if errors.Is(err, ErrInvalid) {
 			return nil, err
@@ -491,15 +504,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 		if errors.Is(err, backend.ErrUnsupported) {
 			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
+		if err == nil {
+			// As a pooled one: a create returns a sandbox whose agent
+			// answers, or an error, never one still starting.
+			if err = prepare(ctx, tmpl, inst); err != nil {
+				m.discard(inst)
+			}
+		}
 		if err != nil {
 			m.metrics.createFailures.Add(1)
-			return nil, fmt.Errorf("start sandbox: %w", err)
-		}
-		// As a pooled one: a create returns a sandbox whose agent
-		// answers, or an error, never one still starting.
-		if err := prepare(ctx, tmpl, inst); err != nil {
-			m.discard(inst)
-			m.metrics.createFailures.Add(1)
+			if tmpl.Snapshot != "" {
+				return nil, &UnrestorableError{ID: tmpl.Name, Snapshot: true, Err: err}
+			}
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
 	}

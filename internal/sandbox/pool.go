@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // pool keeps ready sandboxes of one template, agent up and answering, so
@@ -72,7 +75,7 @@ func (p *pool) fill() {
 			return // its template changed or is gone: its filler drains it
 		}
 		for p.wanted() && p.ctx.Err() == nil {
-			inst, err := p.m.backendOf(&p.tmpl).Start(p.ctx, p.tmpl.Policy, nil)
+			inst, err := startBox(p.ctx, p.m.backendOf(&p.tmpl), &p.tmpl, p.tmpl.Policy)
 			if err != nil {
 				p.m.log.Error("pool: start sandbox", "template", p.tmpl.Name, "err", err)
 				break // retry at the next tick, not in a tight loop
@@ -165,6 +168,19 @@ func (m *Manager) pooledMemory(q *pool) (total, largest int64) {
 		p.mu.Unlock()
 	}
 	return total, largest
+}
+
+// startBox starts a box of t under pol, without a network: cloned from
+// t's snapshot if it has one.
+func startBox(ctx context.Context, be Backend, t *Template, pol policy.Policy) (Instance, error) {
+	if t.Snapshot == "" {
+		return be.Start(ctx, pol, nil)
+	}
+	c, ok := be.(backend.Cloner)
+	if !ok {
+		return nil, fmt.Errorf("%w: the %s backend cannot start a sandbox from a snapshot", backend.ErrUnsupported, be.Name())
+	}
+	return c.Clone(ctx, t.Snapshot, pol)
 }
 
 // prepare makes a started sandbox of t ready to be handed out: its agent

@@ -54,8 +54,27 @@ func (m *Manager) canSave(sb *Sandbox) bool {
 // save saves sb to disk; sb.mu is held. On error sb runs on.
 func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 	start := time.Now()
-	// The agent lets go of the host's socket (checkpoints cannot keep
-	// one): every connection to it ends here, as on E2B's pause.
+	if err := m.quiesce(ctx, sb); err != nil {
+		return err
+	}
+	inst := sb.inst
+	name, err := inst.(backend.Checkpointer).Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	// Its box has ended; the watcher (waiting for sb.mu) sees it is no
+	// longer sb's.
+	sb.inst, sb.saved = nil, name
+	m.saved.Add(1)
+	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// quiesce has sb's agent let go of the host's socket, which checkpoints
+// cannot keep: every connection to it ends here, as on E2B's pause. The
+// backend's Checkpoint or Snapshot tells it to listen again. sb.mu is
+// held.
+func (m *Manager) quiesce(ctx context.Context, sb *Sandbox) error {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://agent"+agentproto.SetupPath+"checkpoint", nil)
@@ -76,16 +95,6 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 	}
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
-	inst := sb.inst
-	name, err := inst.(backend.Checkpointer).Checkpoint(ctx)
-	if err != nil {
-		return err
-	}
-	// Its box has ended; the watcher (waiting for sb.mu) sees it is no
-	// longer sb's.
-	sb.inst, sb.saved = nil, name
-	m.saved.Add(1)
-	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
 	return nil
 }
 
@@ -127,16 +136,33 @@ func (m *Manager) removeRecord(id string) {
 // or of another version of the backend's runtime, or the host lacks
 // what it needs. The saved state stays, for another try or a kill.
 type UnrestorableError struct {
-	ID  string
-	Err error // the backend's words: for the log, not for clients
+	ID string
+	// Snapshot: ID is a snapshot's, which a sandbox was to start from,
+	// rather than a paused sandbox's.
+	Snapshot bool
+	Err      error // the backend's words: for the log, not for clients
 }
 
-func (e *UnrestorableError) Error() string   { return fmt.Sprintf("restore sandbox %s: %v", e.ID, e.Err) }
+func (e *UnrestorableError) Error() string {
+	if e.Snapshot {
+		return fmt.Sprintf("start from snapshot %s: %v", e.ID, e.Err)
+	}
+	return fmt.Sprintf("restore sandbox %s: %v", e.ID, e.Err)
+}
 func (e *UnrestorableError) Unwrap() []error { return []error{ErrUnrestorable, e.Err} }
 
-// Public is what a client is told.
+// Public is what a client is told: the backend's reason where it gave
+// one fit for clients (a backend.StateError).
 func (e *UnrestorableError) Public() string {
-	return fmt.Sprintf("sandbox %s could not be restored from its saved state (corrupt, or saved by another version of the runtime); it stays paused until killed", e.ID)
+	why := "(it may be corrupt, or saved by another version of the runtime)"
+	var se *backend.StateError
+	if errors.As(e.Err, &se) {
+		why = "(" + se.Error() + ")"
+	}
+	if e.Snapshot {
+		return fmt.Sprintf("no sandbox can start from snapshot %s %s; delete it", e.ID, why)
+	}
+	return fmt.Sprintf("sandbox %s could not be restored from its saved state %s; it stays paused until killed", e.ID, why)
 }
 
 // restore brings sb back from disk; sb.mu is held.
@@ -144,13 +170,13 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
 	start := time.Now()
 	inst, err := sb.be.(backend.Restorer).Restore(ctx, sb.saved, sb.pol)
 	if err != nil {
-		return &UnrestorableError{sb.ID, err}
+		return &UnrestorableError{ID: sb.ID, Err: err}
 	}
 	if err := warm(ctx, inst); err != nil {
 		// Its saved state stays, for another try.
 		inst.Kill(context.Background())
 		inst.Wait()
-		return &UnrestorableError{sb.ID, fmt.Errorf("its agent: %w", err)}
+		return &UnrestorableError{ID: sb.ID, Err: fmt.Errorf("its agent: %w", err)}
 	}
 	sb.inst, sb.saved = inst, ""
 	m.saved.Add(-1)
@@ -177,6 +203,8 @@ func (m *Manager) loadSaved() {
 	if m.cfg.StateDir == "" || m.cfg.BackendByName == nil {
 		return
 	}
+	// A fork's snapshot outlives no fork (snapshot.go).
+	os.RemoveAll(filepath.Join(m.cfg.StateDir, "forks"))
 	named := map[string]map[string]bool{} // backend → saved names with a record
 	entries, _ := os.ReadDir(m.savedDir())
 	for _, e := range entries {

@@ -32,6 +32,7 @@ const (
 
 // agentSandbox is a long-lived gVisor sandbox running the agent.
 type agentSandbox struct {
+	be     *Backend
 	runsc  string
 	log    *slog.Logger
 	b      *bundle
@@ -50,6 +51,20 @@ var (
 // Start starts a gVisor sandbox whose command is the airlock agent. It
 // returns once runsc runs; Dial waits for the agent.
 func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (backend.Instance, error) {
+	s, err := be.prepare(ctx, p, netns)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start("run"); err != nil {
+		s.b.remove("")
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare makes the bundle of a new agent sandbox under p: what a run
+// starts, or a clone (checkpoint.go) restores a copy into.
+func (be *Backend) prepare(ctx context.Context, p policy.Policy, netns *os.File) (*agentSandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -86,16 +101,12 @@ func (be *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (
 		b.remove("")
 		return nil, err
 	}
-	if err := s.start("run"); err != nil {
-		b.remove("")
-		return nil, err
-	}
 	return s, nil
 }
 
 // newAgentSandbox is the sandbox of bundle b, with its agent's directory.
 func (be *Backend) newAgentSandbox(b *bundle) (*agentSandbox, error) {
-	s := &agentSandbox{runsc: be.runsc, log: be.log, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
+	s := &agentSandbox{be: be, runsc: be.runsc, log: be.log, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
 	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
 	// the host that uid is 1000 too (gVisor's gofer does not remap), and
 	// runDir sits in root's 0700 state directory, out of any host user's

@@ -28,6 +28,14 @@ import (
 // generated /etc files) or is the policy's (the image's layers, mounted
 // again). A bundle whose sandbox is saved has the saved marker: Cleanup
 // leaves it, and only Forget removes it.
+//
+// Snapshots are the same save, made with --leave-running into a directory
+// of the caller's: the sandbox runs on, and Clone restores the copy, as
+// many times as asked, each into a new bundle of the same policy (the
+// same mounts, from new places) under a new container id.
+//
+// Every save is stamped (stamp.go) with the runsc that made it: runsc
+// restores only what the same build of it saved.
 const (
 	checkpointDir = "checkpoint"
 	savedMarker   = "saved"
@@ -36,6 +44,8 @@ const (
 var (
 	_ backend.Checkpointer = (*agentSandbox)(nil)
 	_ backend.Restorer     = (*Backend)(nil)
+	_ backend.Snapshotter  = (*agentSandbox)(nil)
+	_ backend.Cloner       = (*Backend)(nil)
 )
 
 // Checkpoint saves the sandbox and ends it (backend.Checkpointer).
@@ -43,18 +53,9 @@ func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
 	if s.b.netns != nil {
 		return "", fmt.Errorf("%w: a sandbox with a network cannot be saved to disk yet", backend.ErrUnsupported)
 	}
-	// The agent lets go of its host socket, then removes it: gVisor
-	// cannot save a socket bound on the host.
-	sock := filepath.Join(s.runDir, "agent.sock")
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := os.Stat(sock); errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.resumeAgent()
-			return "", errors.New("the agent did not let go of its socket")
-		}
-		time.Sleep(2 * time.Millisecond)
+	if err := s.awaitAgentRelease(ctx); err != nil {
+		s.resumeAgent()
+		return "", err
 	}
 	dir := filepath.Join(s.b.dir, checkpointDir)
 	if err := os.RemoveAll(dir); err != nil { // a restored-from, earlier one
@@ -62,10 +63,17 @@ func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
 		return "", err
 	}
 	out, err := s.b.runsc(s.runsc, nil, "checkpoint", "--image-path", dir, s.b.id).CombinedOutput()
+	if err == nil {
+		err = s.be.writeStamp(dir)
+	} else {
+		err = fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
+	}
 	if err != nil {
+		// A failed save leaves the sandbox running (unless the stamp
+		// failed after runsc ended it: then Wait removes it all).
 		os.RemoveAll(dir)
 		s.resumeAgent()
-		return "", fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
+		return "", err
 	}
 	// runsc run ends with the sandbox; what ran it goes, what restores it
 	// stays.
@@ -74,6 +82,91 @@ func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return s.b.id, s.b.release(s.runsc)
+}
+
+// Snapshot saves a copy of the sandbox into dir while it runs on
+// (backend.Snapshotter).
+func (s *agentSandbox) Snapshot(ctx context.Context, dir string) error {
+	// However it ends, the agent listens again.
+	defer s.resumeAgent()
+	if s.b.netns != nil {
+		return fmt.Errorf("%w: a sandbox with a network cannot be snapshotted yet", backend.ErrUnsupported)
+	}
+	if err := s.awaitAgentRelease(ctx); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	out, err := s.b.runsc(s.runsc, nil, "checkpoint", "--leave-running", "--image-path", dir, s.b.id).CombinedOutput()
+	if err == nil {
+		err = s.be.writeStamp(dir)
+	} else {
+		err = fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+	}
+	return err
+}
+
+// Clone starts a new sandbox from the snapshot in dir (backend.Cloner).
+func (be *Backend) Clone(ctx context.Context, dir string, p policy.Policy) (backend.Instance, error) {
+	if err := be.checkStamp(dir); err != nil {
+		return nil, err
+	}
+	s, err := be.prepare(ctx, p, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start("restore", "--image-path", dir); err != nil {
+		s.b.remove("")
+		return nil, err
+	}
+	go s.awaken(nil)
+	return s, nil
+}
+
+// awaitAgentRelease waits for the agent, asked to let go of its host
+// socket (gVisor cannot save a socket bound on the host), to remove it.
+func (s *agentSandbox) awaitAgentRelease(ctx context.Context) error {
+	sock := filepath.Join(s.runDir, "agent.sock")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := os.Stat(sock); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.New("the agent did not let go of its socket")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// awaken tells a restored agent, waiting for its signal, to listen again:
+// sent once the container takes signals (each try is a runsc process:
+// they back off). Once it listens, listening runs, if set.
+func (s *agentSandbox) awaken(listening func()) {
+	sock := filepath.Join(s.runDir, "agent.sock")
+	signalled := false
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			if listening != nil {
+				listening()
+			}
+			return
+		}
+		if !signalled {
+			signalled = s.resumeAgent() == nil
+		}
+		if signalled {
+			delay = 2 * time.Millisecond // the socket comes at once
+		}
+		select {
+		case <-s.done:
+			return
+		case <-time.After(delay):
+		}
+	}
 }
 
 // isSaved reports whether the bundle holds a saved sandbox.
@@ -99,6 +192,9 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 	if _, err := os.Stat(filepath.Join(dir, savedMarker)); err != nil {
 		return nil, fmt.Errorf("no saved sandbox %q", name)
 	}
+	if err := be.checkStamp(filepath.Join(dir, checkpointDir)); err != nil {
+		return nil, err
+	}
 	b, err := be.openBundle(name, &p)
 	if err != nil {
 		return nil, err
@@ -119,31 +215,11 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 		b.release("")
 		return nil, err
 	}
-	// The restored agent waits for its signal to listen again: sent once
-	// the container takes signals (each try is a runsc process: they back
-	// off). Once it listens, the sandbox runs again: what saved it goes.
-	go func() {
-		sock := filepath.Join(s.runDir, "agent.sock")
-		signalled := false
-		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-			if _, err := os.Stat(sock); err == nil {
-				os.Remove(filepath.Join(dir, savedMarker))
-				os.RemoveAll(filepath.Join(dir, checkpointDir))
-				return
-			}
-			if !signalled {
-				signalled = s.resumeAgent() == nil
-			}
-			if signalled {
-				delay = 2 * time.Millisecond // the socket comes at once
-			}
-			select {
-			case <-s.done:
-				return
-			case <-time.After(delay):
-			}
-		}
-	}()
+	// Once it runs again, what saved it goes.
+	go s.awaken(func() {
+		os.Remove(filepath.Join(dir, savedMarker))
+		os.RemoveAll(filepath.Join(dir, checkpointDir))
+	})
 	return s, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,6 +36,10 @@ type Backend struct {
 	runsc    string
 	stateDir string
 	log      *slog.Logger
+
+	stampOnce sync.Once
+	stamp     string // what saved state is marked with (checkpoint.go)
+	stampErr  error
 }
 
 var _ backend.Backend = (*Backend)(nil)
