@@ -219,7 +219,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	type forkResult struct {
 		Sandbox *sandboxJSON `json:"sandbox,omitempty"`
-		Error   *errorBody    `json:"error,omitempty"`
+		Error   *errorBody   `json:"error,omitempty"`
 	}
 	out := make([]forkResult, len(results))
 	for i, res := range results {
