@@ -502,14 +502,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			all = all[1:]
 		}
 	}
-	limit := len(all)
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "limit must be a positive integer")
-			return
-		}
-		limit = min(n, limit)
+	limit, err := pageLimit(q.Get("limit"), len(all))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	if limit < len(all) {
 		w.Header().Set("X-Next-Token", pageToken(all[limit-1]))
@@ -820,3 +816,15 @@ type portKey struct{}
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// pageLimit is a list's page size: the query's limit, at most n (all).
+func pageLimit(limit string, n int) (int, error) {
+	if limit == "" {
+		return n, nil
+	}
+	l, err := strconv.Atoi(limit)
+	if err != nil || l < 1 {
+		return 0, errors.New("limit must be a positive integer")
+	}
+	return min(l, n), nil
+}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -163,14 +162,10 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 		snaps = snaps[i+1:]
 	}
-	limit := len(snaps)
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "limit must be a positive integer")
-			return
-		}
-		limit = min(n, limit)
+	limit, err := pageLimit(q.Get("limit"), len(snaps))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	if limit < len(snaps) {
 		w.Header().Set("X-Next-Token", hex.EncodeToString([]byte(snaps[limit-1].Name)))

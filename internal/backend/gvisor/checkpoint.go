@@ -62,13 +62,7 @@ func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
 		s.resumeAgent()
 		return "", err
 	}
-	out, err := s.b.runsc(s.runsc, nil, "checkpoint", "--image-path", dir, s.b.id).CombinedOutput()
-	if err == nil {
-		err = s.be.writeStamp(dir)
-	} else {
-		err = fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
-	}
-	if err != nil {
+	if err := s.checkpoint(dir); err != nil {
 		// A failed save leaves the sandbox running (unless the stamp
 		// failed after runsc ended it: then Wait removes it all).
 		os.RemoveAll(dir)
@@ -98,12 +92,7 @@ func (s *agentSandbox) Snapshot(ctx context.Context, dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	out, err := s.b.runsc(s.runsc, nil, "checkpoint", "--leave-running", "--image-path", dir, s.b.id).CombinedOutput()
-	if err == nil {
-		err = s.be.writeStamp(dir)
-	} else {
-		err = fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
-	}
+	err := s.checkpoint(dir, "--leave-running")
 	if err != nil {
 		os.RemoveAll(dir)
 	}
@@ -257,4 +246,14 @@ func (be *Backend) Saved() ([]string, error) {
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	return s
+}
+
+// checkpoint saves the sandbox into dir with runsc's flags and stamps
+// what runsc wrote.
+func (s *agentSandbox) checkpoint(dir string, flags ...string) error {
+	args := append(append([]string{"checkpoint"}, flags...), "--image-path", dir, s.b.id)
+	if out, err := s.b.runsc(s.runsc, nil, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
+	}
+	return s.be.writeStamp(dir)
 }
