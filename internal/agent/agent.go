@@ -92,6 +92,8 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.SetupPath+"setup", a.setup)
 	mux.HandleFunc("GET "+agentproto.SetupPath+"disk", a.disk)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"checkpoint", a.checkpoint)
+	mux.HandleFunc("POST "+agentproto.SetupPath+"settle", a.settle)
+	mux.HandleFunc("POST "+agentproto.SetupPath+"reseed", a.reseed)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"untar", a.untar)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
@@ -186,7 +188,10 @@ func Main() error {
 	}
 	// A template that serves code starts its kernel now, in the pool.
 	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
+		settled := make(chan struct{})
+		a.interp.settled = settled
 		go func() {
+			defer close(settled)
 			if err := a.interp.Prestart(lang); err != nil {
 				log.Warn("prestart kernel", "language", lang, "err", err)
 			}

@@ -33,6 +33,9 @@ type interpreter struct {
 	// cell of a sandbox claimed while its kernel is being prestarted waits
 	// for that kernel instead of starting a second one beside it.
 	starting sync.Mutex
+	// settled is closed once the kernel the agent prestarts is ready
+	// (clone.go); set before the agent serves.
+	settled chan struct{}
 }
 
 type codeContext struct {
@@ -49,7 +52,9 @@ type codeContext struct {
 }
 
 func newInterpreter(a *Agent) *interpreter {
-	return &interpreter{a: a, contexts: map[string]*codeContext{}, defaults: map[string]string{}}
+	settled := make(chan struct{})
+	close(settled) // no kernel is prestarted unless Main says so
+	return &interpreter{a: a, contexts: map[string]*codeContext{}, defaults: map[string]string{}, settled: settled}
 }
 
 func (in *interpreter) handler() http.Handler {

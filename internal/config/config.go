@@ -276,6 +276,9 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 			// Its agent starts a Python kernel while the sandbox waits in
 			// the pool (importing ipykernel alone costs ~0.4 s).
 			p.Env = append(p.Env, agentproto.PrestartEnv+"=python")
+			// Where the backend can, its pool is of clones of one whose
+			// kernel had started, rather than each starting its own.
+			t.WarmSnapshot = true
 		}
 		if err := p.Validate(); err != nil {
 			return mc, fmt.Errorf("template %s: %w", name, err)
@@ -335,7 +338,7 @@ func (s Images) Template(name string) (sandbox.Template, error) {
 	t := sandbox.Template{Name: name, Policy: p, Version: img.Created.String() + strings.Join(img.Layers, ",")}
 	if img.Config.StartCmd != "" {
 		cfg := img.Config
-		t.PoolSize = s.PoolSize
+		t.PoolSize, t.WarmSnapshot = s.PoolSize, true
 		t.Ready = func(ctx context.Context, c *agentproto.Client) error {
 			return build.Start(ctx, c, &cfg, s.ReadyTimeout, func(string, string) {})
 		}

@@ -53,6 +53,10 @@ type Template struct {
 	// sandboxes are cloned from, running as it was, rather than started:
 	// Policy is then the snapshotted sandbox's, and Ready is nil.
 	Snapshot string
+	// WarmSnapshot: where the backend can, the template's sandboxes are
+	// clones of a save of its first ready one (warm.go), not each started
+	// and readied.
+	WarmSnapshot bool
 }
 
 // backend returns the backend of t's sandboxes.
@@ -291,6 +295,7 @@ type Manager struct {
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	pools     map[string]*pool
+	warm      map[string]*warmSnap  // by template name
 	private   map[*Private]struct{} // boxes of the daemon's own (builds)
 	closed    bool
 	starting  int            // creates past the limit check, not yet registered
@@ -308,7 +313,7 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
-		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, private: map[*Private]struct{}{},
+		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, warm: map[string]*warmSnap{}, private: map[*Private]struct{}{},
 		ctx: ctx, cancel: cancel,
 	}
 	interval := cfg.MetricsInterval
@@ -489,8 +494,12 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	pooled := false
 	// The pool holds sandboxes of the template's own backend and limits,
 	// without a network.
-	if p != nil && be == m.backendOf(tmpl) && !custom && !networked {
+	poolable := be == m.backendOf(tmpl) && !custom && !networked
+	if p != nil && poolable {
 		inst, pooled = p.claim()
+	}
+	if inst == nil && poolable {
+		inst = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), pol)
 	}
 	if inst == nil {
 		if networked {
@@ -919,6 +928,7 @@ func (m *Manager) Shutdown() {
 	// A create under way finds the manager closed when it would register
 	// its sandbox, and discards it (a teardown waited for below).
 	m.creating.Wait()
+	m.removeWarm()
 	m.removing.Wait()
 }
 

@@ -15,6 +15,8 @@ import (
 type Metrics struct {
 	creates        [2]atomic.Int64 // [cold, warm]
 	createFailures atomic.Int64
+	clones         atomic.Int64 // sandboxes cloned from warm snapshots
+	warmMade       atomic.Int64 // warm snapshots made
 	ended          atomic.Int64
 	Execs          atomic.Int64 // process starts through the gateway
 
@@ -66,6 +68,8 @@ func (m *Metrics) Write(w io.Writer, running, pooled map[string]int) {
 	fmt.Fprintf(w, "# HELP airlock_sandbox_creates_total Sandboxes created, by whether they came from the pool.\n# TYPE airlock_sandbox_creates_total counter\n")
 	fmt.Fprintf(w, "airlock_sandbox_creates_total{source=\"cold\"} %d\n", m.creates[0].Load())
 	fmt.Fprintf(w, "airlock_sandbox_creates_total{source=\"pool\"} %d\n", m.creates[1].Load())
+	fmt.Fprintf(w, "# HELP airlock_warm_snapshot_clones_total Sandboxes started as clones of their template's warm snapshot, pooled or not.\n# TYPE airlock_warm_snapshot_clones_total counter\nairlock_warm_snapshot_clones_total %d\n", m.clones.Load())
+	fmt.Fprintf(w, "# HELP airlock_warm_snapshots_made_total Warm snapshots made, one per version of a template that has one.\n# TYPE airlock_warm_snapshots_made_total counter\nairlock_warm_snapshots_made_total %d\n", m.warmMade.Load())
 	fmt.Fprintf(w, "# HELP airlock_sandbox_create_failures_total Creates that failed.\n# TYPE airlock_sandbox_create_failures_total counter\nairlock_sandbox_create_failures_total %d\n", m.createFailures.Load())
 	fmt.Fprintf(w, "# HELP airlock_sandboxes_ended_total Sandboxes killed, expired or ended.\n# TYPE airlock_sandboxes_ended_total counter\nairlock_sandboxes_ended_total %d\n", m.ended.Load())
 	fmt.Fprintf(w, "# HELP airlock_execs_total Processes started in sandboxes through the gateway.\n# TYPE airlock_execs_total counter\nairlock_execs_total %d\n", m.Execs.Load())

@@ -68,6 +68,12 @@ func (p *pool) fill() {
 		// Replaced, or shut down: what it holds is of no use now.
 		defer p.drain()
 	}
+	if p.tmpl.PoolSize > 0 {
+		// A template with a pool has its warm snapshot (if it wants one)
+		// even while the memory budget keeps the pool empty: its cold
+		// creates are clones.
+		p.m.warmSnapshot(&p.tmpl, true)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -75,15 +81,10 @@ func (p *pool) fill() {
 			return // its template changed or is gone: its filler drains it
 		}
 		for p.wanted() && p.ctx.Err() == nil {
-			inst, err := startBox(p.ctx, p.m.backendOf(&p.tmpl), &p.tmpl, p.tmpl.Policy)
+			inst, err := p.start()
 			if err != nil {
 				p.m.log.Error("pool: start sandbox", "template", p.tmpl.Name, "err", err)
 				break // retry at the next tick, not in a tight loop
-			}
-			if err := prepare(p.ctx, &p.tmpl, inst); err != nil {
-				p.m.log.Error("pool: sandbox not ready", "template", p.tmpl.Name, "err", err)
-				p.m.discard(inst)
-				break
 			}
 			p.mu.Lock()
 			p.ready = append(p.ready, inst)
@@ -97,6 +98,32 @@ func (p *pool) fill() {
 			p.prune()
 		}
 	}
+}
+
+// start starts a ready sandbox for the pool: a clone of its template's
+// warm snapshot, waiting for the first one to be made, or started and
+// readied.
+func (p *pool) start() (Instance, error) {
+	w := p.m.warmSnapshot(&p.tmpl, true)
+	if w != nil {
+		select {
+		case <-w.done:
+		case <-p.ctx.Done():
+			return nil, p.ctx.Err()
+		}
+	}
+	if inst := p.m.cloneWarm(p.ctx, w, p.tmpl.Policy); inst != nil {
+		return inst, nil
+	}
+	inst, err := startBox(p.ctx, p.m.backendOf(&p.tmpl), &p.tmpl, p.tmpl.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepare(p.ctx, &p.tmpl, inst); err != nil {
+		p.m.discard(inst)
+		return nil, fmt.Errorf("not ready: %w", err)
+	}
+	return inst, nil
 }
 
 // wanted reports whether the pool should get one more sandbox.

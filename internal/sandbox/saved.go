@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -75,23 +73,10 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 // backend's Checkpoint or Snapshot tells it to listen again. sb.mu is
 // held.
 func (m *Manager) quiesce(ctx context.Context, sb *Sandbox) error {
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://agent"+agentproto.SetupPath+"checkpoint", nil)
-	if err != nil {
-		return err
-	}
 	// Not sb.transport: it dials through sb.instance(), which waits for
 	// sb.mu, held here.
-	tr := agentTransport(the(sb.inst))
-	defer tr.CloseIdleConnections()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
+	if err := postAgent(ctx, sb.inst, "checkpoint", 10*time.Second); err != nil {
 		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("the agent answered %s", resp.Status)
 	}
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
@@ -203,8 +188,10 @@ func (m *Manager) loadSaved() {
 	if m.cfg.StateDir == "" || m.cfg.BackendByName == nil {
 		return
 	}
-	// A fork's snapshot outlives no fork (snapshot.go).
+	// A fork's snapshot outlives no fork (snapshot.go), a warm one no
+	// daemon (warm.go).
 	os.RemoveAll(filepath.Join(m.cfg.StateDir, "forks"))
+	os.RemoveAll(filepath.Join(m.cfg.StateDir, "warm"))
 	named := map[string]map[string]bool{} // backend → saved names with a record
 	entries, _ := os.ReadDir(m.savedDir())
 	for _, e := range entries {

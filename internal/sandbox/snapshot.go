@@ -92,7 +92,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int, ttl time.Durat
 	if _, err := m.ttl(ttl); err != nil {
 		return nil, err
 	}
-	tmp, err := m.scratchDir()
+	tmp, err := m.scratchDir("forks")
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +128,16 @@ func (of SnapshotOf) template(dir string) Template {
 	return Template{Name: of.Template, Policy: of.Policy, Backend: of.Backend, Snapshot: dir}
 }
 
-// scratchDir makes a directory for a fork's snapshot: in the state
-// directory, where the next start removes what a crash left.
-func (m *Manager) scratchDir() (string, error) {
+// scratchDir makes a directory for a fork's snapshot (kind "forks") or
+// a warm one ("warm"): in the state directory, where the next start
+// removes what a crash left.
+func (m *Manager) scratchDir(kind string) (string, error) {
 	if m.cfg.StateDir == "" {
-		return os.MkdirTemp("", "airlock-fork-")
+		return os.MkdirTemp("", "airlock-"+kind+"-")
 	}
-	dir := filepath.Join(m.cfg.StateDir, "forks")
+	dir := filepath.Join(m.cfg.StateDir, kind)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	return os.MkdirTemp(dir, "fork-")
+	return os.MkdirTemp(dir, "")
 }

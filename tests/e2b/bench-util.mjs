@@ -5,13 +5,17 @@ export const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return 
 export const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(2)} ms  p99 ${pct(xs, 99).toFixed(2)} ms  (n=${xs.length})`
 export const time = async (f) => { const t = performance.now(); await f(); return performance.now() - t }
 
-// poolReady waits (at most a minute) until template's pool holds n ready sandboxes.
-export async function poolReady(server, template, n) {
-  for (let i = 0; i < 1200; i++) {
-    const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
-    const got = Number(new RegExp(`airlock_pool_ready\\{template="${template}"\\} (\\d+)`).exec(m)?.[1] ?? 0)
-    if (got >= n) return
-    await sleep(50)
+// metric reads one sample of the server's metrics (0 if it has none).
+export async function metric(server, sample) {
+  const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
+  const line = m.split('\n').find((l) => l.startsWith(sample + ' '))
+  return Number(line?.slice(sample.length + 1) ?? 0)
+}
+
+// poolReady waits (at most limitMs) until template's pool holds n ready sandboxes.
+export async function poolReady(server, template, n, limitMs = 60_000) {
+  for (const end = Date.now() + limitMs; Date.now() < end; await sleep(50)) {
+    if (await metric(server, `airlock_pool_ready{template="${template}"}`) >= n) return
   }
   throw new Error(`the ${template} pool did not fill`)
 }

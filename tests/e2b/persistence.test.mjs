@@ -12,6 +12,7 @@ import { join } from 'node:path'
 import { Sandbox } from '@e2b/code-interpreter'
 import { Sandbox as Base } from 'e2b'
 import { startServer } from './harness.mjs'
+import { metric, poolReady } from './bench-util.mjs'
 
 const toDisk = process.env.AIRLOCK_TEST_BACKEND === 'gvisor'
 const skip = !toDisk && 'the namespaces backend pauses in memory: a paused sandbox does not outlive its daemon there'
@@ -179,4 +180,37 @@ test('namespaces: fork and snapshots are refused, naming the backend that has th
   assert.deepEqual(await Base.listSnapshots().nextItems(), [])
   assert.equal((await sbx.commands.run('echo still here')).stdout, 'still here\n')
   await sbx.kill()
+})
+
+test('warm pool from a snapshot: the code interpreter starts as a copy of a ready kernel, its own variables and random numbers', { timeout: 300_000 }, async () => {
+  await restart(['--pool-size', '1'])
+  // The pool's first sandbox waits for the warm snapshot, then is a clone
+  // of it; where the backend cannot clone (namespaces) it starts afresh.
+  await poolReady(server, 'code-interpreter-v1', 1, 240_000)
+  const clones = () => metric(server, 'airlock_warm_snapshot_clones_total')
+  assert.equal(await clones(), toDisk ? 1 : 0)
+
+  const boxes = []
+  for (let i = 0; i < 3; i++) boxes.push(await Sandbox.create('code-interpreter-v1'))
+  const seen = { random: new Set(), numpy: new Set() }
+  for (const [i, s] of boxes.entries()) {
+    const first = await s.runCode('import random, numpy; (random.random(), float(numpy.random.rand()))')
+    assert.equal(first.error, undefined, first.error?.value)
+    assert.equal(first.executionCount, 1, "a copy's first cell is its first")
+    const [r, n] = JSON.parse(first.text.replace('(', '[').replace(')', ']'))
+    seen.random.add(r)
+    seen.numpy.add(n)
+    const names = await s.runCode('sorted(n for n in globals() if not n.startswith("_"))')
+    // What a kernel started afresh holds (namespaces show it): the reseed
+    // leaves no name behind.
+    assert.deepEqual(JSON.parse(names.text.replaceAll("'", '"')),
+      ['In', 'Out', 'exit', 'get_ipython', 'matplotlib', 'numpy', 'pandas', 'quit', 'random'])
+    await s.runCode(`y = ${i}`)
+  }
+  assert.equal(seen.random.size, 3, 'random numbers of their own')
+  assert.equal(seen.numpy.size, 3, "numpy's random numbers of their own")
+  for (const [i, s] of boxes.entries()) assert.equal((await s.runCode('y')).text, String(i), 'variables of their own')
+  if (toDisk) assert.ok(await clones() >= 3, `every create was a clone: ${await clones()}`)
+  else assert.equal(await clones(), 0, 'namespaces start afresh')
+  for (const s of boxes) await s.kill()
 })
