@@ -95,6 +95,8 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.SetupPath+"settle", a.settle)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"reseed", a.reseed)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"untar", a.untar)
+	mux.HandleFunc("GET "+agentproto.SetupPath+"files", a.getFileState)
+	mux.HandleFunc("POST "+agentproto.SetupPath+"files", a.postFileState)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
 	mux.Handle(agentproto.StartProcedure, serverStream(a.processStart))

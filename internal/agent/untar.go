@@ -64,56 +64,68 @@ func untarInto(root *os.Root, tr *tar.Reader, keepDir bool) error {
 		if name == ".." || strings.HasPrefix(name, "../") {
 			return errors.New("entry " + hdr.Name + " is outside the destination")
 		}
-		if d := path.Dir(name); d != "." {
-			if err := root.MkdirAll(d, 0o755); err != nil {
+		if name == "." && keepDir {
+			continue
+		}
+		if err := writeEntry(root, name, hdr, tr, true); err != nil {
+			return err
+		}
+	}
+}
+
+// writeEntry writes the tar entry hdr, whose contents tr reads next, as
+// name in root, with hdr's mode and time, and its owners if owners. Only
+// directories, files and symbolic links are written.
+func writeEntry(root *os.Root, name string, hdr *tar.Header, tr io.Reader, owners bool) error {
+	if d := path.Dir(name); d != "." {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	mode := os.FileMode(hdr.Mode & 0o777)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if name != "." {
+			if err := root.Mkdir(name, mode); err != nil && !errors.Is(err, os.ErrExist) {
 				return err
 			}
 		}
-		mode := os.FileMode(hdr.Mode & 0o777)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if name == "." && keepDir {
-				continue
-			}
-			if name != "." {
-				if err := root.Mkdir(name, mode); err != nil && !errors.Is(err, os.ErrExist) {
-					return err
-				}
-			}
-		case tar.TypeReg:
-			root.Remove(name) // a file replaces what was there, as cp does
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			root.Remove(name)
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return err
-			}
-		default:
-			continue // what a build's upload cannot carry
+	case tar.TypeReg:
+		root.Remove(name) // a file replaces what was there, as cp does
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
 		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case tar.TypeSymlink:
+		root.Remove(name)
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return err
+		}
+	default:
+		return nil // what a build's upload cannot carry
+	}
+	if owners {
 		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
 			return err
 		}
-		if hdr.Typeflag != tar.TypeSymlink {
-			// Chmod after chown: chown clears setuid and setgid bits.
-			if err := root.Chmod(name, mode|unixBits(hdr.Mode)); err != nil {
-				return err
-			}
-			if !hdr.ModTime.IsZero() {
-				root.Chtimes(name, time.Now(), hdr.ModTime)
-			}
+	}
+	if hdr.Typeflag != tar.TypeSymlink {
+		// Chmod after chown: chown clears setuid and setgid bits.
+		if err := root.Chmod(name, mode|unixBits(hdr.Mode)); err != nil {
+			return err
+		}
+		if !hdr.ModTime.IsZero() {
+			root.Chtimes(name, time.Now(), hdr.ModTime)
 		}
 	}
+	return nil
 }
 
 // unixBits are the setuid, setgid and sticky bits of a tar mode as an

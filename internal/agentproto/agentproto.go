@@ -45,6 +45,11 @@ const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
 // alone: the gateway never forwards a client's request under it.
 const SetupPath = "/airlock/"
 
+// FilesCompleteTrailer is the trailer of the agent's answer to GET
+// SetupPath+"files" (a tar stream of the sandbox's files): "1" once all
+// of them were written.
+const FilesCompleteTrailer = "Airlock-Files-Complete"
+
 // Setup is what the daemon posts to SetupPath+"setup" when it hands the
 // sandbox out; the agent answers 204 No Content.
 type Setup struct {

@@ -237,8 +237,7 @@ type createBody struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             json.RawMessage   `json:"network"`
 	AutoPause           bool              `json:"autoPause"`
-	// AutoPauseMemory false asks for a pause that keeps only the files;
-	// pauses here keep everything, in memory.
+	// AutoPauseMemory false: that pause keeps only the files.
 	AutoPauseMemory *bool `json:"autoPauseMemory"`
 	// AutoResume: traffic to the paused sandbox resumes it.
 	AutoResume *struct {
@@ -332,8 +331,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	if b.AutoPauseMemory != nil && !*b.AutoPauseMemory {
-		writeError(w, http.StatusBadRequest, "autoPauseMemory false is not supported: a pause here keeps the sandbox's memory")
+	pauseFiles := b.AutoPauseMemory != nil && !*b.AutoPauseMemory
+	if pauseFiles && b.AutoResume != nil && b.AutoResume.Enabled {
+		// As E2B: nothing runs in it to take the traffic.
+		writeError(w, http.StatusBadRequest, "autoResume cannot resume a sandbox whose pause keeps only its files (autoPauseMemory false): resume it with connect")
 		return
 	}
 	var ttl time.Duration
@@ -353,7 +354,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Create(r.Context(), sandbox.CreateRequest{
 		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
 		Backend: b.Backend, AutoPause: b.AutoPause, AutoResume: b.AutoResume != nil && b.AutoResume.Enabled,
-		Network: netPol, Ingress: ingress,
+		AutoPauseFiles: pauseFiles, Network: netPol, Ingress: ingress,
 	})
 	if err != nil {
 		s.managerError(w, err)
@@ -626,8 +627,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.sandboxObject(sb))
 }
 
-// pause stops every process of a sandbox; connect resumes it. Only a
-// pause that keeps memory exists here: {"memory": false} is refused.
+// pause stops every process of a sandbox; connect resumes it. With
+// {"memory": false} it keeps only the sandbox's files.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Memory *bool `json:"memory"`
@@ -635,11 +636,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &b) {
 		return
 	}
-	if b.Memory != nil && !*b.Memory {
-		writeError(w, http.StatusBadRequest, "a pause that drops memory is not supported: a pause here keeps the sandbox's memory")
-		return
-	}
-	if err := s.m.Pause(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.m.Pause(r.Context(), r.PathValue("id"), b.Memory == nil || *b.Memory); err != nil {
 		s.managerError(w, err)
 		return
 	}

@@ -527,7 +527,7 @@ func TestBadInput(t *testing.T) {
 		{"network update of a sandbox without one", "PUT", "/sandboxes/" + id + "/network", `{"allow_internet_access":true}`, 409, "without a network"},
 		{"network update with rules", "PUT", "/sandboxes/" + id + "/network", `{"rules":{"a.com":[{}]}}`, 400, "rules"},
 		{"network update of no sandbox", "PUT", "/sandboxes/nope/network", `{}`, 404, "not found"},
-		{"autoPauseMemory false", "POST", "/v2/sandboxes", `{"autoPauseMemory":false}`, 400, "autoPauseMemory"},
+		{"autoPauseMemory false with autoResume", "POST", "/v2/sandboxes", `{"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400, "autoResume"},
 		{"env var with =", "POST", "/v2/sandboxes", `{"envVars":{"A=B":"1"}}`, 400, "A=B"},
 		{"empty env var name", "POST", "/v2/sandboxes", `{"envVars":{"":"1"}}`, 400, "environment variable"},
 		{"env var value with NUL", "POST", "/v2/sandboxes", `{"envVars":{"A":"\u0000"}}`, 400, `"A"`},
@@ -541,7 +541,7 @@ func TestBadInput(t *testing.T) {
 		{"set timeout negative", "POST", "/sandboxes/" + id + "/timeout", `{"timeout":-1}`, 400, "timeout"},
 		{"set timeout past a Duration", "POST", "/sandboxes/" + id + "/timeout", `{"timeout":18446744074}`, 400, "timeout"},
 		{"connect timeout past a Duration", "POST", "/sandboxes/" + id + "/connect", `{"timeout":18446744074}`, 400, "timeout"},
-		{"pause without memory", "POST", "/sandboxes/" + id + "/pause", `{"memory":false}`, 400, "memory"},
+		{"pause without memory on a server without a state directory", "POST", "/sandboxes/" + id + "/pause", `{"memory":false}`, 400, "state directory"},
 		{"connect bad JSON", "POST", "/sandboxes/" + id + "/connect", `{`, 400, "JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

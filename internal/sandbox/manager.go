@@ -156,12 +156,17 @@ type Sandbox struct {
 	// other's interval.
 	apiMark, sampleMark cpuMark
 	// paused: every process stopped, no time to live running. autoPause:
-	// the end of its time to live pauses it instead of killing it. gone:
-	// being killed; it must not be paused again.
-	paused, autoPause, gone bool
+	// the end of its time to live pauses it instead of killing it
+	// (keeping only its files if autoPauseFiles). gone: being killed; it
+	// must not be paused again.
+	paused, autoPause, autoPauseFiles, gone bool
 	// saved: while paused, the backend's name for the sandbox saved to
-	// disk, its memory freed (saved.go); "": paused in memory, or running.
-	saved   string
+	// disk, its memory freed, or savedFiles (saved.go); "": paused in
+	// memory, or running.
+	saved string
+	// env: the environment variables it was created with, which a new
+	// box started for it at a resume of savedFiles is given again.
+	env     map[string]string
 	history []Sample // the sampler's, oldest first
 }
 
@@ -350,6 +355,8 @@ type CreateRequest struct {
 	// AutoPause: at the end of its time to live the sandbox is paused,
 	// not killed. AutoResume: traffic to it resumes it.
 	AutoPause, AutoResume bool
+	// AutoPauseFiles: that pause keeps only its files (saved.go).
+	AutoPauseFiles bool
 	// Network is what the sandbox may reach; the zero value: loopback
 	// only. A sandbox with a network is started for the request, not
 	// taken from the pool.
@@ -454,6 +461,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	}
 	pol.Network = req.Network
 	networked := pol.Network.Mode != policy.NetNone
+	if req.AutoPauseFiles {
+		if err := m.filesPausable(req.TemplateID, networked); err != nil {
+			return nil, err
+		}
+	}
 	if networked && tmpl.Snapshot != "" {
 		return nil, fmt.Errorf("%w: a sandbox from a snapshot cannot have a network yet: create it without allowInternetAccess and network", ErrInvalid)
 	}
@@ -535,26 +547,28 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		m.log.Warn("sandbox usage", "err", err)
 	}
 	sb := &Sandbox{
-		ID:           id,
-		TemplateID:   req.TemplateID,
-		ClientID:     req.ClientID,
-		AccessToken:  newToken(),
-		TrafficToken: newToken(),
-		Metadata:     req.Metadata,
-		StartedAt:    time.Now().UTC(),
-		CPUs:         pol.CPUs,
-		MemoryMB:     pol.MemoryBytes >> 20,
-		DiskMB:       pol.DiskBytes >> 20,
-		inst:         inst,
-		pol:          pol,
-		be:           be,
-		ended:        make(chan struct{}),
-		apiMark:      cpuMark{usage.CPU, time.Now()},
-		sampleMark:   cpuMark{usage.CPU, time.Now()},
-		autoPause:    req.AutoPause,
-		AutoResume:   req.AutoResume,
-		Ingress:      req.Ingress,
-		net:          netAtt,
+		ID:             id,
+		TemplateID:     req.TemplateID,
+		ClientID:       req.ClientID,
+		AccessToken:    newToken(),
+		TrafficToken:   newToken(),
+		Metadata:       req.Metadata,
+		StartedAt:      time.Now().UTC(),
+		CPUs:           pol.CPUs,
+		MemoryMB:       pol.MemoryBytes >> 20,
+		DiskMB:         pol.DiskBytes >> 20,
+		inst:           inst,
+		pol:            pol,
+		be:             be,
+		ended:          make(chan struct{}),
+		apiMark:        cpuMark{usage.CPU, time.Now()},
+		sampleMark:     cpuMark{usage.CPU, time.Now()},
+		autoPause:      req.AutoPause,
+		autoPauseFiles: req.AutoPauseFiles,
+		env:            req.EnvVars,
+		AutoResume:     req.AutoResume,
+		Ingress:        req.Ingress,
+		net:            netAtt,
 	}
 	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)
 	if sb.Metadata == nil {
@@ -641,6 +655,11 @@ func (m *Manager) discard(inst Instance) {
 
 // setup tells the agent the sandbox's environment.
 func (m *Manager) setup(ctx context.Context, sb *Sandbox, env map[string]string) error {
+	return setupAgent(ctx, sb.transport, env)
+}
+
+// setupAgent gives the agent that tr reaches the sandbox's environment.
+func setupAgent(ctx context.Context, tr http.RoundTripper, env map[string]string) error {
 	if len(env) == 0 {
 		return nil
 	}
@@ -650,7 +669,7 @@ func (m *Manager) setup(ctx context.Context, sb *Sandbox, env map[string]string)
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := sb.transport.RoundTrip(req)
+	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		return err
 	}
@@ -742,19 +761,19 @@ func (m *Manager) withTTL(id string, d time.Duration, f func(*Sandbox, time.Dura
 	return f(sb, d)
 }
 
-// Pause stops every process of sandbox id where it is. A paused sandbox
-// keeps its memory and files but uses no CPU, and its time to live is
-// stopped: it lasts until resumed, killed, or the server's longest time
-// to live has passed.
-func (m *Manager) Pause(ctx context.Context, id string) error {
+// Pause stops every process of sandbox id. A paused sandbox keeps its
+// memory and files (or, unless keepMemory, only its files: saved.go) but
+// uses no CPU, and its time to live is stopped: it lasts until resumed,
+// killed, or the server's longest time to live has passed.
+func (m *Manager) Pause(ctx context.Context, id string, keepMemory bool) error {
 	sb, err := m.Get(id)
 	if err != nil {
 		return err
 	}
-	return m.pause(ctx, sb)
+	return m.pause(ctx, sb, keepMemory)
 }
 
-func (m *Manager) pause(ctx context.Context, sb *Sandbox) error {
+func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.gone {
@@ -764,7 +783,13 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, sb.ID)
 	}
 	saved := false
-	if m.canSave(sb) {
+	if !keepMemory {
+		// Not cut short by a client that goes away: the box ends in it.
+		if err := m.saveFiles(context.WithoutCancel(ctx), sb); err != nil {
+			return err
+		}
+		saved = true
+	} else if m.canSave(sb) {
 		// Not cut short by a client that goes away mid-checkpoint.
 		err := m.save(context.WithoutCancel(ctx), sb)
 		if err != nil {
@@ -848,7 +873,7 @@ func (m *Manager) expire(sb *Sandbox) {
 		return
 	}
 	if auto {
-		if err := m.pause(m.ctx, sb); err == nil || errors.Is(err, ErrConflict) {
+		if err := m.pause(m.ctx, sb, !sb.autoPauseFiles); err == nil || errors.Is(err, ErrConflict) {
 			return
 		}
 	}

@@ -300,7 +300,7 @@ func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
 	sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
 	end := sb.EndAt()
-	if err := m.Pause(t.Context(), sb.ID); err != nil {
+	if err := m.Pause(t.Context(), sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	if !sb.Paused() || !instance(sb).Paused() {
@@ -356,10 +356,10 @@ func TestPauseConflicts(t *testing.T) {
 
 	t.Run("twice", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{})
-		if err := m.Pause(t.Context(), sb.ID); err != nil {
+		if err := m.Pause(t.Context(), sb.ID, true); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Pause(t.Context(), sb.ID); !errors.Is(err, ErrConflict) {
+		if err := m.Pause(t.Context(), sb.ID, true); !errors.Is(err, ErrConflict) {
 			t.Errorf("second pause: %v, want ErrConflict", err)
 		}
 	})
@@ -368,12 +368,12 @@ func TestPauseConflicts(t *testing.T) {
 		if err := m.Kill(sb.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Pause(t.Context(), sb.ID); !errors.Is(err, ErrNotFound) {
+		if err := m.Pause(t.Context(), sb.ID, true); !errors.Is(err, ErrNotFound) {
 			t.Errorf("pause by id after kill: %v, want ErrNotFound", err)
 		}
 		// A pause already holding the sandbox (the TTL's auto-pause) must
 		// not freeze what is dying either.
-		if err := m.pause(t.Context(), sb); !errors.Is(err, ErrNotFound) {
+		if err := m.pause(t.Context(), sb, true); !errors.Is(err, ErrNotFound) {
 			t.Errorf("pause of a killed sandbox: %v, want ErrNotFound", err)
 		}
 		if instance(sb).Paused() {
@@ -421,7 +421,7 @@ func TestShutdown(t *testing.T) {
 	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
 	running := []*Sandbox{create(t, m, CreateRequest{}), create(t, m, CreateRequest{})}
 	paused := create(t, m, CreateRequest{})
-	if err := m.Pause(t.Context(), paused.ID); err != nil {
+	if err := m.Pause(t.Context(), paused.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	m.Shutdown()
@@ -555,7 +555,7 @@ func TestCallsOnAJustListedSandbox(t *testing.T) {
 			}
 			for _, sb := range m.List(nil) {
 				m.SetTTL(sb.ID, time.Hour)
-				m.Pause(context.Background(), sb.ID)
+				m.Pause(context.Background(), sb.ID, true)
 			}
 			runtime.Gosched() // leave the creates a CPU
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
@@ -32,10 +33,12 @@ type savedRecord struct {
 	CPUs                      float64
 	MemoryMB, DiskMB          int64
 	AutoPause, AutoResume     bool
+	AutoPauseFiles            bool
 	Ingress                   Ingress
 	Policy                    policy.Policy
 	Backend                   string // its name
-	Saved                     string // the backend's name for the saved box
+	Saved                     string // the backend's name for the saved box, or savedFiles
+	Env                       map[string]string
 }
 
 var recordName = regexp.MustCompile(`^i[0-9a-f]{19}\.json$`)
@@ -91,8 +94,8 @@ func (m *Manager) writeRecord(sb *Sandbox) error {
 	rec := savedRecord{
 		ID: sb.ID, TemplateID: sb.TemplateID, ClientID: sb.ClientID, AccessToken: sb.AccessToken, TrafficToken: sb.TrafficToken,
 		Metadata: sb.Metadata, StartedAt: sb.StartedAt, CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
-		AutoPause: sb.autoPause, AutoResume: sb.AutoResume, Ingress: sb.Ingress, Policy: sb.pol,
-		Backend: sb.be.Name(), Saved: sb.saved,
+		AutoPause: sb.autoPause, AutoResume: sb.AutoResume, AutoPauseFiles: sb.autoPauseFiles, Ingress: sb.Ingress, Policy: sb.pol,
+		Backend: sb.be.Name(), Saved: sb.saved, Env: sb.env,
 	}
 	if m.cfg.MaxTTL > 0 {
 		rec.EndAt = sb.endAt
@@ -153,6 +156,14 @@ func (e *UnrestorableError) Public() string {
 // restore brings sb back from disk; sb.mu is held.
 func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
 	start := time.Now()
+	if sb.saved == savedFiles {
+		inst, err := m.restoreFiles(ctx, sb)
+		if err != nil {
+			return &UnrestorableError{ID: sb.ID, Err: err}
+		}
+		os.Remove(m.filesPath(sb.ID))
+		return m.restored(sb, inst, start)
+	}
 	inst, err := sb.be.(backend.Restorer).Restore(ctx, sb.saved, sb.pol)
 	if err != nil {
 		return &UnrestorableError{ID: sb.ID, Err: err}
@@ -163,6 +174,11 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
 		inst.Wait()
 		return &UnrestorableError{ID: sb.ID, Err: fmt.Errorf("its agent: %w", err)}
 	}
+	return m.restored(sb, inst, start)
+}
+
+// restored makes inst, restored since start, sb's box; sb.mu is held.
+func (m *Manager) restored(sb *Sandbox, inst Instance, start time.Time) error {
 	sb.inst, sb.saved = inst, ""
 	m.saved.Add(-1)
 	m.watch(sb, inst)
@@ -173,7 +189,9 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
 
 // forget removes what is saved of sb; sb.mu is held.
 func (m *Manager) forget(sb *Sandbox) {
-	if err := sb.be.(backend.Restorer).Forget(sb.saved); err != nil {
+	if sb.saved == savedFiles {
+		os.Remove(m.filesPath(sb.ID))
+	} else if err := sb.be.(backend.Restorer).Forget(sb.saved); err != nil {
 		m.log.Error("forget saved sandbox", "sandbox", sb.ID, "err", err)
 	}
 	sb.saved = ""
@@ -193,6 +211,7 @@ func (m *Manager) loadSaved() {
 	os.RemoveAll(filepath.Join(m.cfg.StateDir, "forks"))
 	os.RemoveAll(filepath.Join(m.cfg.StateDir, "warm"))
 	named := map[string]map[string]bool{} // backend → saved names with a record
+	recorded := map[string]bool{}         // ids
 	entries, _ := os.ReadDir(m.savedDir())
 	for _, e := range entries {
 		if !recordName.MatchString(e.Name()) {
@@ -204,10 +223,21 @@ func (m *Manager) loadSaved() {
 			m.log.Error("saved sandbox left out", "record", e.Name(), "err", err)
 			continue
 		}
+		recorded[sb.ID] = true
 		if named[sb.be.Name()] == nil {
 			named[sb.be.Name()] = map[string]bool{}
 		}
 		named[sb.be.Name()][sb.saved] = true
+	}
+	// Files of no record: a daemon that died while saving them.
+	for _, e := range entries {
+		name := e.Name()
+		if id, ok := strings.CutSuffix(name, ".tar"); ok || strings.HasSuffix(name, ".tar.new") {
+			if !ok || !recorded[id] {
+				m.log.Info("forgetting saved files without a record", "file", name)
+				os.Remove(filepath.Join(m.savedDir(), name))
+			}
+		}
 	}
 	for _, name := range []string{"namespaces", "gvisor"} {
 		be, err := m.cfg.BackendByName(name)
@@ -241,14 +271,19 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := be.(backend.Restorer); !ok {
+	if rec.Saved == savedFiles {
+		if _, err := os.Stat(m.filesPath(rec.ID)); err != nil {
+			return nil, errors.New("its saved files are missing")
+		}
+	} else if _, ok := be.(backend.Restorer); !ok {
 		return nil, fmt.Errorf("backend %s restores nothing", rec.Backend)
 	}
 	sb := &Sandbox{
 		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
 		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
 		AutoResume: rec.AutoResume, Ingress: rec.Ingress, pol: rec.Policy, be: be, ended: make(chan struct{}),
-		autoPause: rec.AutoPause, paused: true, saved: rec.Saved, endAt: rec.EndAt,
+		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, paused: true, saved: rec.Saved, endAt: rec.EndAt,
+		env: rec.Env,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

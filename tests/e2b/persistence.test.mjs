@@ -214,3 +214,54 @@ test('warm pool from a snapshot: the code interpreter starts as a copy of a read
   else assert.equal(await clones(), 0, 'namespaces start afresh')
   for (const s of boxes) await s.kill()
 })
+
+test('pause keeping only the files (keepMemory: false): files outlive a killed daemon, nothing runs, on every backend', { timeout: 300_000 }, async () => {
+  const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-persist-cfg-')), 'airlock.json')
+  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1 }))
+  const args = ['--config', cfg, '--pool-size', '0']
+  await restart(args)
+  const sbx = await Sandbox.create('code-interpreter-v1', { envs: { KEPT_VAR: 'kept' } })
+  await sbx.runCode('x = 41')
+  await sbx.files.write('/home/user/work/kept.txt', 'kept')
+  await sbx.commands.run('mkdir -p /tmp/t && echo tmp > /tmp/t/f && ln -s work/kept.txt /home/user/link && chmod 600 /home/user/work/kept.txt')
+  await sbx.commands.run('sleep 100000', { background: true })
+
+  assert.equal(await sbx.pause({ keepMemory: false }), true)
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  if (toDisk) assert.equal(processesOf(server.stateDir), 0, 'nothing of it runs')
+  // It counts against no limit (maxSandboxes is 1).
+  const other = await Base.create()
+  await other.kill()
+
+  for (let round = 1; round <= 3; round++) {
+    await server.crash()
+    server = await startServer(args, { stateDir: server.stateDir, apiKey: server.apiKey })
+    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 90_000 })
+    assert.equal(await back.files.read('/home/user/work/kept.txt'), 'kept', 'the file')
+    assert.equal(await back.files.read('/home/user/link'), 'kept', 'the symbolic link')
+    assert.equal(await back.files.read('/tmp/t/f'), 'tmp\n', 'the files of /tmp')
+    const ls = await back.commands.run('stat -c "%a %U" /home/user/work/kept.txt; echo $KEPT_VAR')
+    assert.equal(ls.stdout, '600 user\nkept\n', 'modes, owner and environment')
+    assert.doesNotMatch((await back.commands.run('ps -eo args')).stdout, /sleep 100000/, 'no process is kept')
+    const x = await back.runCode('x')
+    assert.equal(x.error?.name, 'NameError', 'a new kernel: the variable is gone')
+    const left = (new Date((await back.getInfo()).endAt) - Date.now()) / 1000
+    assert.ok(left > 60 && left <= 90, `the timeout connect asked for: ${left} s left`)
+    await back.files.write('/home/user/work/kept.txt', 'kept')
+    await back.files.write(`/home/user/round${round}`, String(round))
+    if (round > 1) assert.equal(await back.files.read(`/home/user/round${round - 1}`), String(round - 1), 'what the last round wrote')
+    assert.equal(await back.pause({ keepMemory: false }), true)
+  }
+  assert.equal(await Base.kill(sbx.sandboxId), true)
+  assert.deepEqual(readdirSync(join(server.stateDir, 'saved')), [], 'nothing of the killed sandbox is left')
+
+  // The end of its time to live pauses it the same way, when it asked so.
+  const auto = await Base.create('base', { timeoutMs: 2_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  await auto.files.write('/home/user/auto.txt', 'auto')
+  await auto.commands.run('sleep 100000', { background: true })
+  while ((await auto.getInfo()).state !== 'paused') await new Promise((r) => setTimeout(r, 200))
+  const woke = await Base.connect(auto.sandboxId)
+  assert.equal(await woke.files.read('/home/user/auto.txt'), 'auto')
+  assert.doesNotMatch((await woke.commands.run('ps -eo args')).stdout, /sleep 100000/)
+  await woke.kill()
+})

@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
+)
+
+// A pause that keeps only the files (E2B's keepMemory: false; the
+// autoPauseMemory: false of a create) works on every backend: the
+// sandbox's agent streams what its user can change of its file system
+// (agent/filestate.go) into <StateDir>/saved/<id>.tar, its box ends, and
+// its record is written as for a pause to disk, with Saved savedFiles. A
+// resume starts a new box of its template with its limits, has its agent
+// write the files back and its environment set again, and then it is the
+// same sandbox — ids, tokens, metadata — with nothing running: kernels,
+// background processes and open connections are gone, as after E2B's
+// cold boot from a file-system snapshot.
+//
+// The daemon only stores the stream, never reads it: it is the sandbox's.
+// It is kept within the sandbox's disk limit (and a little for the tar
+// headers).
+
+// savedFiles is Sandbox.saved of a sandbox that keeps only its files.
+const savedFiles = "files"
+
+func (m *Manager) filesPath(id string) string { return filepath.Join(m.savedDir(), id+".tar") }
+
+// filesPausable says why a sandbox of template (its backend's policy, its
+// network) cannot keep only its files, or nil.
+func (m *Manager) filesPausable(template string, networked bool) error {
+	switch {
+	case m.cfg.StateDir == "":
+		return fmt.Errorf("%w: a pause that keeps only the files needs a state directory, which this server has not", ErrInvalid)
+	case !m.IsConfigured(template):
+		// A template's image may let the sandbox write anywhere, and
+		// its start command expects what it left: not kept yet.
+		return fmt.Errorf("%w: a pause that keeps only the files is for sandboxes of base and code-interpreter-v1; pause this one with its memory", ErrInvalid)
+	case networked:
+		return fmt.Errorf("%w: a sandbox with a network cannot be paused without its memory yet; pause it with its memory", ErrInvalid)
+	}
+	return nil
+}
+
+// saveFiles saves sb's files and ends its box; sb.mu is held. On error
+// sb runs on.
+func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
+	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := os.MkdirAll(m.savedDir(), 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(m.savedDir(), "."+sb.ID+".tar.new")
+	err := m.fetchFiles(ctx, sb, tmp)
+	if err == nil {
+		err = os.Rename(tmp, m.filesPath(sb.ID))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("save the files of sandbox %s: %w", sb.ID, err)
+	}
+	// Its box ends; the watcher (waiting for sb.mu) sees it is no longer
+	// sb's.
+	inst := sb.inst
+	sb.inst, sb.saved = nil, savedFiles
+	m.saved.Add(1)
+	if err := inst.Kill(ctx); err != nil {
+		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
+	}
+	if err := inst.Wait(); err != nil {
+		m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
+	}
+	sb.transport.CloseIdleConnections()
+	sb.ports.CloseIdleConnections()
+	m.log.Info("sandbox's files saved", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// fetchFiles writes the tar stream of sb's files to path.
+func (m *Manager) fetchFiles(ctx context.Context, sb *Sandbox, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agentproto.SetupPath+"files", nil)
+	if err != nil {
+		return err
+	}
+	// Not sb.transport: it dials through sb.instance(), which waits for
+	// sb.mu, held here.
+	tr := agentTransport(the(sb.inst))
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent answered %s", resp.Status)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	limit := int64(math.MaxInt64 - 1)
+	if d := sb.pol.DiskBytes; d > 0 {
+		limit = d + d/8 + 1<<20 // and the tar headers and padding
+	}
+	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return err
+	case n > limit:
+		return errors.New("its files are larger than its disk")
+	case resp.Trailer.Get(agentproto.FilesCompleteTrailer) != "1":
+		// The agent could not read all of them; it logged why.
+		return errors.New("its agent could not read all of them")
+	}
+	return nil
+}
+
+// restoreFiles starts a new box for sb, which keeps only its files, and
+// gives it them; sb.mu is held.
+func (m *Manager) restoreFiles(ctx context.Context, sb *Sandbox) (Instance, error) {
+	m.mu.Lock()
+	p := m.pools[sb.TemplateID]
+	m.mu.Unlock()
+	if p == nil || p.dynamic {
+		return nil, fmt.Errorf("its template %s is not this server's", sb.TemplateID)
+	}
+	tmpl := &p.tmpl
+	var inst Instance
+	tp, pol := tmpl.Policy, sb.pol
+	if pol.MemoryBytes == tp.MemoryBytes && pol.CPUs == tp.CPUs && pol.Pids == tp.Pids && pol.DiskBytes == tp.DiskBytes && sb.be == m.backendOf(tmpl) {
+		inst = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), pol)
+	}
+	if inst == nil {
+		var err error
+		if inst, err = startBox(ctx, sb.be, tmpl, pol); err != nil {
+			return nil, err
+		}
+		if err := prepare(ctx, tmpl, inst); err != nil {
+			m.discard(inst)
+			return nil, err
+		}
+	}
+	tr := agentTransport(the(inst))
+	defer tr.CloseIdleConnections()
+	err := putFiles(ctx, tr, m.filesPath(sb.ID))
+	if err == nil {
+		err = setupAgent(ctx, tr, sb.env)
+	}
+	if err != nil {
+		m.discard(inst)
+		return nil, err
+	}
+	return inst, nil
+}
+
+// putFiles sends the tar stream at path to the agent tr reaches.
+func putFiles(ctx context.Context, tr http.RoundTripper, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+"files", f)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("its agent refused its files: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
