@@ -141,7 +141,7 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-
+	mcfg.TokenKey = sandbox.DeriveTokenKey(key)
 	m := sandbox.NewManager(mcfg, isolation, log)
 	if cfg.Domain == "" {
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
@@ -272,6 +272,22 @@ func checkStateDir(dir string) error {
 func openStateDir(ctx context.Context, dir string, backends *backends, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
+	}
+	// It holds the API key, sandboxes' tokens and saved memory: one that
+	// another user owns is refused; one that others may enter (mkdir's
+	// 0755) is closed to them before anything is written in it.
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("state directory %s must be owned by the user airlock runs as", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		log.Warn("the state directory was open to others: made 0700", "dir", dir, "was", fmt.Sprintf("%04o", perm))
 	}
 	// Namespaces sandboxes need nothing but root to clean up after, so
 	// that is done whichever backend this process uses.

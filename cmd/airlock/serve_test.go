@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -162,7 +163,10 @@ func TestServeAuthAndRouting(t *testing.T) {
 	s := startServe(t, t.TempDir(), "--pool-size", "1")
 	defer s.stop(t)
 	key := map[string]string{"X-API-KEY": s.key}
-	a, b := s.create(t), s.create(t)
+	a, b, gone := s.create(t), s.create(t), s.create(t)
+	if code, body := s.do(t, "DELETE", "/sandboxes/"+gone.SandboxID, nil, key); code != 204 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
 	for _, tc := range []struct {
 		name         string
 		method, path string
@@ -181,12 +185,17 @@ func TestServeAuthAndRouting(t *testing.T) {
 		{"own token", "GET", "/health", nil, sandboxHeaders(a, a.EnvdAccessToken), 204},
 		{"no token", "GET", "/health", nil, sandboxHeaders(a, ""), 401},
 		{"other sandbox's token", "GET", "/health", nil, sandboxHeaders(a, b.EnvdAccessToken), 401},
-		{"gone sandbox", "GET", "/health", nil, sandboxHeaders(created{SandboxID: "inope"}, "x"), 502},
+		{"gone sandbox, its token", "GET", "/health", nil, sandboxHeaders(gone, gone.EnvdAccessToken), 502},
+		// A gone sandbox and an unknown id answer as a live one does to a
+		// wrong token: ids cannot be probed.
+		{"gone sandbox, another's token", "GET", "/health", nil, sandboxHeaders(gone, a.EnvdAccessToken), 401},
+		{"unknown sandbox, a guessed token", "GET", "/health", nil, sandboxHeaders(created{SandboxID: "inope"}, "x"), 401},
 		{"private agent path", "POST", "/airlock/setup", map[string]any{"envVars": map[string]string{"X": "1"}}, sandboxHeaders(a, a.EnvdAccessToken), 404},
 		{"a port nothing listens on", "GET", "/health", nil, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "8080", "X-Access-Token": a.EnvdAccessToken}, 502},
 		{"interpreter port", "GET", "/health", nil, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": a.EnvdAccessToken}, 200},
 		{"daemon health", "GET", "/health", nil, nil, 200},
-		{"metrics", "GET", "/metrics", nil, nil, 200},
+		{"metrics without the key", "GET", "/metrics", nil, nil, 401},
+		{"metrics", "GET", "/metrics", nil, key, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := s.do(t, tc.method, tc.path, tc.body, tc.hdr)
@@ -198,7 +207,7 @@ func TestServeAuthAndRouting(t *testing.T) {
 			}
 		})
 	}
-	_, metrics := s.do(t, "GET", "/metrics", nil, nil)
+	_, metrics := s.do(t, "GET", "/metrics", nil, key)
 	for _, m := range []string{`airlock_sandboxes_running{template="base"} 2`, "airlock_sandbox_create_seconds_bucket", "airlock_pool_ready"} {
 		if !strings.Contains(string(metrics), m) {
 			t.Errorf("metrics lack %q:\n%s", m, metrics)
@@ -526,5 +535,30 @@ func TestMCPBadInput(t *testing.T) {
 		if r.code != 2 || len(lines) != 1 || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
 			t.Errorf("mcp %v: exit %d stdout %q stderr %q, want 2 and one line with %q", tc.args, r.code, r.stdout, r.stderr, tc.want)
 		}
+	}
+}
+
+// A state directory others can enter is closed to them; one another user
+// owns is refused: it holds the API key.
+func TestStateDirMode(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if err := openStateDir(t.Context(), dir, newBackends(dir, "", log), log); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("state directory left at mode %04o, want 0700", fi.Mode().Perm())
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := openStateDir(t.Context(), dir, newBackends(dir, "", log), log); err == nil || !strings.Contains(err.Error(), "owned") {
+		t.Errorf("a state directory owned by nobody: %v, want a refusal", err)
 	}
 }

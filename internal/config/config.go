@@ -359,7 +359,9 @@ func (s Images) snapshot(img *image.Image) (sandbox.Template, error) {
 	}
 	be, err := s.Backends(img.Snapshot.Backend)
 	if err != nil {
-		return sandbox.Template{}, fmt.Errorf("%w: snapshot %s was taken on the %s backend, which this server cannot run: %v", sandbox.ErrInvalid, img.Name, img.Snapshot.Backend, err)
+		// The cause names host paths (where runsc was looked for).
+		return sandbox.Template{}, &sandbox.PublicError{Cause: err, Err: fmt.Errorf("%w: snapshot %s was taken on the %s backend, which this server cannot run (the server log says why)",
+			sandbox.ErrInvalid, img.Name, img.Snapshot.Backend)}
 	}
 	return sandbox.Template{Name: img.Name, Policy: img.Snapshot.Policy, Backend: be, Snapshot: dir,
 		PoolSize: s.PoolSize, Version: img.Created.String() + img.Snapshot.Dir}, nil

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,12 +37,20 @@ type Server struct {
 	ports  *httputil.ReverseProxy // to the servers in sandboxes
 	// templates serves the build API (HandleTemplates); nil: none.
 	templates *Templates
+	// hostDirs are never named to clients (public).
+	hostDirs []string
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
 // are {port}-{sandboxID}.{domain}.
 func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 	s := &Server{m: m, apiKey: apiKey, domain: domain, log: log, mux: http.NewServeMux()}
+	if dir := m.StateDir(); dir != "" {
+		s.hostDirs = append(s.hostDirs, dir)
+	}
+	if exe, err := os.Executable(); err == nil && filepath.Dir(exe) != "/" {
+		s.hostDirs = append(s.hostDirs, filepath.Dir(exe))
+	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "agent", "agent"
@@ -107,12 +117,14 @@ func (s *Server) routes() {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
-	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.auth(h)) }
+	// Behind the key too: templates, metadata and counts are the
+	// operator's business (Prometheus sends it as a bearer token).
+	api("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		running, pooled := s.m.Counts()
 		s.m.Metrics().Write(w, running, pooled)
 	})
-	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.auth(h)) }
 	api("POST /sandboxes", s.create)
 	api("POST /v2/sandboxes", s.create)
 	api("GET /sandboxes", s.list)
@@ -197,6 +209,20 @@ func (s *Server) managerError(w http.ResponseWriter, err error) {
 	writeError(w, status, "%s", msg)
 }
 
+// public is msg unless it names one of the server's host directories (a
+// message built from a cause that was not meant for clients): then a
+// fixed sentence, and the message goes to the log. The last guard, not
+// the first: errors are to be made fit for clients where they arise.
+func (s *Server) public(msg string) string {
+	for _, dir := range s.hostDirs {
+		if strings.Contains(msg, dir) {
+			s.log.Error("a refusal named a host path; the client was not told", "msg", msg)
+			return "the request failed (the server log has the details)"
+		}
+	}
+	return msg
+}
+
 // errorBody is E2B's error body.
 type errorBody struct {
 	Code    int    `json:"code"`
@@ -205,6 +231,14 @@ type errorBody struct {
 
 // errorOf is the status and message a client gets for err.
 func (s *Server) errorOf(err error) (int, string) {
+	status, msg := s.statusOf(err)
+	return status, s.public(msg)
+}
+
+func (s *Server) statusOf(err error) (int, string) {
+	if pe := (*sandbox.PublicError)(nil); errors.As(err, &pe) && pe.Cause != nil {
+		s.log.Warn("request refused", "err", pe.Err, "cause", pe.Cause)
+	}
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return http.StatusNotFound, err.Error()
@@ -700,14 +734,23 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 // ports (envd, code interpreter), once the sandbox's token was shown, and
 // to the servers that processes in the sandbox run for any other port.
 func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string) {
+	agentPort := port == agentproto.EnvdPort || port == agentproto.InterpreterPort
 	sb, err := s.m.Get(id)
 	if err != nil {
 		// 502, as E2B's own proxy answers for a sandbox that is gone: the
-		// SDKs read it as "not running" (isRunning) or a timeout.
+		// SDKs read it as "not running" (isRunning) or a timeout. On the
+		// agent's ports only to a client that holds the sandbox's token
+		// (tokens.go): to anyone else, a gone sandbox and a live one look
+		// alike. Other ports are public by default and tell anyway.
+		if agentPort && !s.m.Issued(id, r.Header.Get("X-Access-Token"), false) &&
+			!(port == agentproto.InterpreterPort && s.m.Issued(id, r.Header.Get("E2B-Traffic-Access-Token"), true)) {
+			writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
+			return
+		}
 		writeError(w, http.StatusBadGateway, "sandbox not found: it was killed or its timeout passed")
 		return
 	}
-	if port != agentproto.EnvdPort && port != agentproto.InterpreterPort {
+	if !agentPort {
 		s.portGateway(w, r, sb, port)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/fake"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -219,15 +220,13 @@ func TestAuth(t *testing.T) {
 			}
 		})
 	}
-	for _, path := range []string{"/health", "/metrics"} {
-		if code, _, data := a.do("GET", path, nil, nil); code != http.StatusOK {
-			t.Errorf("%s without a key: %d %s, want 200", path, code, data)
-		}
+	if code, _, data := a.do("GET", "/health", nil, nil); code != http.StatusOK {
+		t.Errorf("/health without a key: %d %s, want 200", code, data)
 	}
 	// Every route of the control plane needs the key.
 	for _, r := range []string{"POST /sandboxes", "POST /v2/sandboxes", "GET /sandboxes", "GET /sandboxes/x",
 		"DELETE /sandboxes/x", "POST /sandboxes/x/timeout", "POST /sandboxes/x/connect", "POST /v2/sandboxes/x/connect",
-		"POST /sandboxes/x/resume", "GET /sandboxes/x/metrics", "POST /sandboxes/x/pause"} {
+		"POST /sandboxes/x/resume", "GET /sandboxes/x/metrics", "POST /sandboxes/x/pause", "GET /metrics"} {
 		method, path, _ := strings.Cut(r, " ")
 		if code, _, _ := a.do(method, path, nil, nil); code != http.StatusUnauthorized {
 			t.Errorf("%s without a key: %d, want 401", r, code)
@@ -324,7 +323,7 @@ func TestTimeoutAndMetrics(t *testing.T) {
 	if m := ms[0]; m.MemUsed != 20<<20 || m.MemTotal != 512<<20 || m.CPUCount != 1 || m.DiskTotal != 1<<30 || m.Timestamp == 0 {
 		t.Errorf("metrics %s", data)
 	}
-	_, _, body := a.do("GET", "/metrics", nil, nil)
+	_, body := a.call("GET", "/metrics", nil)
 	for _, want := range []string{`airlock_sandboxes_running{template="base"} 1`, `airlock_sandbox_creates_total{source="cold"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -627,8 +626,16 @@ func TestGatewayTokens(t *testing.T) {
 		t.Errorf("a killed sandbox: %d %s, want 502", code, data)
 	}
 	apiError(t, code, data)
-	if code, _ := a.gateway("inope", agentproto.EnvdPort, "GET", "/health", envd(c), nil); code != http.StatusBadGateway {
-		t.Errorf("an unknown sandbox: %d, want 502", code)
+	// Without the gone sandbox's own token, it is indistinguishable from
+	// a live one shown a wrong token, and so is an id never issued.
+	for _, probe := range []struct{ id, token string }{{c.SandboxID, "0" + c.EnvdAccessToken[1:]}, {"inope", c.EnvdAccessToken}, {c.SandboxID, ""}} {
+		hdr := http.Header{"X-Access-Token": {probe.token}}
+		if code, _ := a.gateway(probe.id, agentproto.EnvdPort, "GET", "/health", hdr, nil); code != http.StatusUnauthorized {
+			t.Errorf("sandbox %s with token %q: %d, want 401", probe.id, probe.token, code)
+		}
+	}
+	if code, _ := a.gateway(c.SandboxID, agentproto.InterpreterPort, "GET", "/health", http.Header{"E2B-Traffic-Access-Token": {*c.TrafficAccessToken}}, nil); code != http.StatusBadGateway {
+		t.Errorf("a killed sandbox's interpreter port with its traffic token: %d, want 502", code)
 	}
 }
 
@@ -820,5 +827,27 @@ func TestInternalErrorsHideDetails(t *testing.T) {
 	}
 	if msg := apiError(t, code, data); strings.Contains(msg, "/var/lib") {
 		t.Errorf("the message shows a host path: %q", msg)
+	}
+}
+
+// A refusal is the client's doing and keeps its status, but a message
+// that names a host directory of the server is not sent, whatever built
+// it (the last guard), and a PublicError's cause is never sent.
+func TestRefusalsHideHostPaths(t *testing.T) {
+	state := t.TempDir()
+	a := newAPI(t, sandbox.Config{StateDir: state})
+	a.b.SetStartError(fmt.Errorf("%w: %s/runsc is missing", backend.ErrUnsupported, state))
+	code, data := a.call("POST", "/v2/sandboxes", nil)
+	if code != http.StatusBadRequest {
+		t.Fatalf("create refused by the backend: %d %s, want 400", code, data)
+	}
+	if msg := apiError(t, code, data); strings.Contains(msg, state) {
+		t.Errorf("the message shows the state directory: %q", msg)
+	}
+
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	err := &sandbox.PublicError{Err: fmt.Errorf("%w: snapshot s cannot run here", sandbox.ErrInvalid), Cause: errors.New("runsc not found in /opt/secret")}
+	if code, msg := s.errorOf(fmt.Errorf("create: %w", err)); code != http.StatusBadRequest || strings.Contains(msg, "/opt/secret") || !strings.Contains(msg, "cannot run here") {
+		t.Errorf("a PublicError: %d %q, want 400 with its public words only", code, msg)
 	}
 }

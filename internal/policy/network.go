@@ -192,8 +192,22 @@ var Reserved = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
 }
 
+// reserved6 are global-looking IPv6 prefixes that are not the internet,
+// or that reach an IPv4 address a gateway unwraps (Teredo: its address is
+// obfuscated; local-use NAT64: any IPv4 the operator maps).
+var reserved6 = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("100::/64"),       // discard-only
+	netip.MustParsePrefix("2001::/32"),      // Teredo
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
+	netip.MustParsePrefix("fec0::/10"),      // site-local, deprecated but routed by some
+}
+
 // Public reports whether ip is an internet address: IPv4 outside
-// Reserved, or global unicast IPv6 outside unique-local space.
+// Reserved; global unicast IPv6 outside unique-local space and reserved6,
+// where an IPv6 address that carries an IPv4 one for a gateway to unwrap
+// (NAT64 64:ff9b::/96, 6to4 2002::/16) is judged by that IPv4 address —
+// else 64:ff9b::a9fe:a9fe would be the cloud metadata service.
 func Public(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if ip.Is4() {
@@ -203,6 +217,18 @@ func Public(ip netip.Addr) bool {
 			}
 		}
 		return true
+	}
+	b := ip.As16()
+	switch {
+	case netip.MustParsePrefix("64:ff9b::/96").Contains(ip):
+		return Public(netip.AddrFrom4([4]byte(b[12:16])))
+	case netip.MustParsePrefix("2002::/16").Contains(ip):
+		return Public(netip.AddrFrom4([4]byte(b[2:6])))
+	}
+	for _, p := range reserved6 {
+		if p.Contains(ip) {
+			return false
+		}
 	}
 	return ip.IsGlobalUnicast() && !ip.IsPrivate()
 }

@@ -119,3 +119,33 @@ func FuzzParseRule(f *testing.F) {
 		}
 	})
 }
+
+func TestPublic(t *testing.T) {
+	for _, tc := range []struct {
+		ip   string
+		want bool
+	}{
+		{"8.8.8.8", true},
+		{"169.254.169.254", false},
+		{"10.1.2.3", false},
+		{"::ffff:127.0.0.1", false},
+		{"2606:4700::1111", true},
+		{"fd00::1", false},
+		{"fe80::1", false},
+		{"::1", false},
+		// IPv4 carried in IPv6 is judged by the IPv4 address.
+		{"64:ff9b::a9fe:a9fe", false},  // NAT64 of 169.254.169.254
+		{"64:ff9b::808:808", true},     // NAT64 of 8.8.8.8
+		{"2002:7f00:1::1", false},      // 6to4 of 127.0.0.1
+		{"2002:a00:1::1", false},       // 6to4 of 10.0.0.1
+		{"2002:808:808::1", true},      // 6to4 of 8.8.8.8
+		{"64:ff9b:1::1", false},        // local-use NAT64
+		{"2001:0:4136:e378::1", false}, // Teredo
+		{"2001:db8::1", false},
+		{"fec0::1", false},
+	} {
+		if got := Public(netip.MustParseAddr(tc.ip)); got != tc.want {
+			t.Errorf("Public(%s) = %v, want %v", tc.ip, got, tc.want)
+		}
+	}
+}

@@ -73,6 +73,9 @@ type Config struct {
 	// PoolMemoryBudget caps the memory all pooled (unclaimed) sandboxes
 	// may use together, in bytes; 0 means no cap beyond the pool sizes.
 	PoolMemoryBudget int64
+	// TokenKey derives sandboxes' tokens (tokens.go); nil: a random key,
+	// so that tokens of an earlier run's sandboxes are not recognised.
+	TokenKey []byte
 	DefaultTTL       time.Duration
 	MaxTTL           time.Duration
 	// MaxSandboxes bounds running sandboxes (claimed ones; 0: no bound).
@@ -292,10 +295,11 @@ func (s *Sandbox) Done() <-chan struct{} { return s.ended }
 
 // Manager owns every sandbox of the host.
 type Manager struct {
-	cfg     Config
-	backend Backend
-	log     *slog.Logger
-	metrics *Metrics
+	cfg      Config
+	backend  Backend
+	log      *slog.Logger
+	metrics  *Metrics
+	tokenKey []byte
 
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
@@ -319,7 +323,10 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	m := &Manager{
 		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
 		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, warm: map[string]*warmSnap{}, private: map[*Private]struct{}{},
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, tokenKey: cfg.TokenKey,
+	}
+	if len(m.tokenKey) == 0 {
+		m.tokenKey = newTokenKey()
 	}
 	interval := cfg.MetricsInterval
 	if interval <= 0 {
@@ -340,6 +347,9 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 
 // Metrics returns the manager's counters.
 func (m *Manager) Metrics() *Metrics { return m.metrics }
+
+// StateDir is the host directory of the manager's saved state ("" for none).
+func (m *Manager) StateDir() string { return m.cfg.StateDir }
 
 // CreateRequest is what a client asks for.
 type CreateRequest struct {
@@ -550,8 +560,8 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		ID:             id,
 		TemplateID:     req.TemplateID,
 		ClientID:       req.ClientID,
-		AccessToken:    newToken(),
-		TrafficToken:   newToken(),
+		AccessToken:    m.token(accessToken, id),
+		TrafficToken:   m.token(trafficToken, id),
 		Metadata:       req.Metadata,
 		StartedAt:      time.Now().UTC(),
 		CPUs:           pol.CPUs,
@@ -1042,8 +1052,3 @@ func newSandboxID() string {
 	return "i" + hex.EncodeToString(b[:])[:19]
 }
 
-func newToken() string {
-	var b [24]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}

@@ -120,6 +120,17 @@ func (m *Manager) removeRecord(id string) {
 	}
 }
 
+// PublicError is a refusal whose message is fit for clients, with a cause
+// that is not (host paths, a backend's words): the API logs the cause and
+// answers with Err alone.
+type PublicError struct {
+	Err   error // what the client is told; wraps the kind (ErrInvalid, …)
+	Cause error
+}
+
+func (e *PublicError) Error() string { return e.Err.Error() }
+func (e *PublicError) Unwrap() error { return e.Err }
+
 // UnrestorableError is a restore that failed: its saved state is corrupt,
 // or of another version of the backend's runtime, or the host lacks
 // what it needs. The saved state stays, for another try or a kill.

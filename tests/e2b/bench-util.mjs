@@ -7,7 +7,7 @@ export const time = async (f) => { const t = performance.now(); await f(); retur
 
 // metric reads one sample of the server's metrics (0 if it has none).
 export async function metric(server, sample) {
-  const m = await (await fetch(server.env.E2B_API_URL + '/metrics')).text()
+  const m = await (await fetch(server.env.E2B_API_URL + '/metrics', { headers: { 'X-API-KEY': server.apiKey } })).text()
   const line = m.split('\n').find((l) => l.startsWith(sample + ' '))
   return Number(line?.slice(sample.length + 1) ?? 0)
 }

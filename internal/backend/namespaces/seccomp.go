@@ -23,7 +23,8 @@ const (
 const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
-// seccompFilter builds the sandbox's BPF program. It is a deny list: the
+// seccompFilter builds the sandbox's BPF program. It is a deny list of the
+// syscalls up to lastReviewedSyscall and refuses every later one: the
 // allow-list alternative breaks arbitrary user programs in ways that are
 // hard to explain, while this list removes the syscalls such programs never
 // need. The order is significant: the arch check comes first, because
@@ -54,12 +55,17 @@ func seccompFilter() []unix.SockFilter {
 		// libc fall back to clone, whose flags are checked below.
 		jump(jeq, unix.SYS_CLONE3, 0, 1),
 		stmt(ret, errno(unix.ENOSYS)),
+		// 4. Syscalls newer than the deny list was reviewed against: a
+		// later kernel's are unknown attack surface (as io_uring once
+		// was). ENOSYS, as from an older kernel, makes libc fall back.
+		jump(jge, lastReviewedSyscall+1, 0, 1),
+		stmt(ret, errno(unix.ENOSYS)),
 	}
-	// 4. The deny list.
+	// 5. The deny list.
 	for _, nr := range deniedSyscalls {
 		prog = append(prog, jump(jeq, uint32(nr), 0, 1), stmt(ret, errno(unix.EPERM)))
 	}
-	// 5. ioctl(TIOCSTI / TIOCLINUX) push input into a terminal; a sandbox
+	// 6. ioctl(TIOCSTI / TIOCLINUX) push input into a terminal; a sandbox
 	// must never type into one, whatever terminal it can reach.
 	prog = append(prog,
 		jump(jeq, unix.SYS_IOCTL, 0, 5),
@@ -69,7 +75,7 @@ func seccompFilter() []unix.SockFilter {
 		stmt(ret, unix.SECCOMP_RET_ALLOW),
 		stmt(ret, errno(unix.EPERM)),
 	)
-	// 6. Sockets only of the families code uses: a network namespace does
+	// 7. Sockets only of the families code uses: a network namespace does
 	// not cover the others (AF_VSOCK reaches the hypervisor, AF_ALG the
 	// kernel's crypto code). A refused family looks absent to libc.
 	prog = append(prog,
@@ -84,7 +90,7 @@ func seccompFilter() []unix.SockFilter {
 		stmt(ret, errno(unix.EAFNOSUPPORT)),
 		stmt(ret, unix.SECCOMP_RET_ALLOW),
 	)
-	// 7. personality: only the harmless values Docker's profile allows; the
+	// 8. personality: only the harmless values Docker's profile allows; the
 	// others turn off ASLR or change how the kernel reads a binary.
 	prog = append(prog,
 		stmt(ld, offNr),
@@ -98,7 +104,7 @@ func seccompFilter() []unix.SockFilter {
 		stmt(ret, errno(unix.EPERM)),
 		stmt(ret, unix.SECCOMP_RET_ALLOW),
 	)
-	// 8. clone with namespace flags (low 32 bits of arg 0), then allow.
+	// 9. clone with namespace flags (low 32 bits of arg 0), then allow.
 	prog = append(prog,
 		stmt(ld, offNr),
 		jump(jeq, unix.SYS_CLONE, 0, 3),
