@@ -42,6 +42,7 @@ export async function startServer(extraArgs = [], opts = {}) {
     env,
     apiKey,
     stateDir,
+    pid: proc.pid,
     log: () => log,
     // crash kills the server with SIGKILL and leaves its state directory
     // for the next one.
