@@ -24,7 +24,7 @@ APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
 	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/ ./internal/ocilayer/ ./internal/build/
 
-.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template fuzz clean
+.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability fuzz clean
 
 all: build
 
@@ -75,7 +75,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-pause
+bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -92,6 +92,12 @@ bench-net: deps build runsc
 # each backend, against base in the same run.
 bench-template: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-template.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-template.mjs
+
+# Reliability in full: a burst of 100 creates, 500 create/exec/kill cycles
+# and what each resource held before and after, recovery from kill -9,
+# noisy neighbours; in the fake internet, on each backend.
+bench-reliability: deps build runsc
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-reliability.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-reliability.mjs
 
 # Pause and resume on gVisor: saved to disk against frozen in memory.
 bench-pause: deps build runsc
