@@ -206,6 +206,10 @@ func (s *Server) HandleAuthenticated(pattern string, h http.Handler) {
 // name host paths.
 func (s *Server) managerError(w http.ResponseWriter, err error) {
 	status, msg := s.errorOf(err)
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		// A full server or one shutting down: the SDKs retry after it.
+		w.Header().Set("Retry-After", "1")
+	}
 	writeError(w, status, "%s", msg)
 }
 

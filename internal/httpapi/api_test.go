@@ -566,11 +566,14 @@ func TestBadInput(t *testing.T) {
 func TestTooMany(t *testing.T) {
 	a := newAPI(t, sandbox.Config{MaxSandboxes: 1})
 	a.create(nil)
-	code, data := a.call("POST", "/v2/sandboxes", nil)
+	code, hdr, data := a.do("POST", "/v2/sandboxes", nil, http.Header{"X-Api-Key": {key}})
 	if code != http.StatusTooManyRequests {
 		t.Fatalf("create past the limit: %d %s, want 429", code, data)
 	}
 	apiError(t, code, data)
+	if hdr.Get("Retry-After") == "" {
+		t.Error("a 429 without Retry-After")
+	}
 }
 
 func TestGatewayTokens(t *testing.T) {
