@@ -493,9 +493,15 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	m.starting++
 	m.creating.Add(1)
 	m.mu.Unlock()
+	// A sandbox stops counting as starting in the same critical section
+	// that registers it: counted in both for a moment, it would make a
+	// burst's last creates refused below the limit.
+	registered := false
 	defer func() {
 		m.mu.Lock()
-		m.starting--
+		if !registered {
+			m.starting--
+		}
 		m.mu.Unlock()
 		m.creating.Done()
 	}()
@@ -600,6 +606,8 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		return nil, ErrShuttingDown
 	}
 	m.sandboxes[sb.ID] = sb
+	m.starting--
+	registered = true
 	m.mu.Unlock()
 	sb.endAt = time.Now().Add(ttl)
 	sb.timer = time.AfterFunc(ttl, func() { m.expire(sb) })
