@@ -103,12 +103,16 @@ bench-reliability: deps build runsc
 bench-pause: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench-pause.mjs
 
+# Every fuzzer of the repository, FUZZTIME each (their seed corpora run
+# in make test as ordinary tests).
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run=^$$ -fuzz=FuzzParseSize -fuzztime=30s ./internal/policy
-	$(GO) test -run=^$$ -fuzz=FuzzParseMount -fuzztime=30s ./internal/policy
-	$(GO) test -run=^$$ -fuzz=FuzzParseRule -fuzztime=30s ./internal/policy
-	$(GO) test -run=^$$ -fuzz=FuzzReadEnvelope -fuzztime=30s ./internal/agentproto
-	$(GO) test -run=^$$ -fuzz=FuzzEnvelopeRoundTrip -fuzztime=30s ./internal/agentproto
+	@grep -rl --include='*_test.go' '^func Fuzz' internal cmd | sort | while read -r f; do \
+		for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "== $$fn ./$$(dirname $$f)"; \
+			$(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) ./$$(dirname $$f) || exit 1; \
+		done; \
+	done
 
 clean:
 	rm -rf bin

@@ -194,8 +194,10 @@ func callStream[Req, Resp any](r *http.Request, fn func(context.Context, *http.R
 // keepaliveInterval is how often a stream with nothing to say sends a
 // keepalive, from the SDK's Keepalive-Ping-Interval header (seconds).
 func keepaliveInterval(r *http.Request) time.Duration {
+	// At most a day: more seconds than that can overflow the Duration to
+	// a negative one, on which the stream's ticker panics.
 	if s, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
+		return time.Duration(min(s, 86400)) * time.Second
 	}
 	return 50 * time.Second
 }
