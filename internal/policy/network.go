@@ -203,6 +203,12 @@ var reserved6 = []netip.Prefix{
 	netip.MustParsePrefix("fec0::/10"),      // site-local, deprecated but routed by some
 }
 
+// IPv6 prefixes that carry an IPv4 address for a gateway to unwrap.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
 // Public reports whether ip is an internet address: IPv4 outside
 // Reserved; global unicast IPv6 outside unique-local space and reserved6,
 // where an IPv6 address that carries an IPv4 one for a gateway to unwrap
@@ -220,9 +226,9 @@ func Public(ip netip.Addr) bool {
 	}
 	b := ip.As16()
 	switch {
-	case netip.MustParsePrefix("64:ff9b::/96").Contains(ip):
+	case nat64.Contains(ip):
 		return Public(netip.AddrFrom4([4]byte(b[12:16])))
-	case netip.MustParsePrefix("2002::/16").Contains(ip):
+	case sixToFour.Contains(ip):
 		return Public(netip.AddrFrom4([4]byte(b[2:6])))
 	}
 	for _, p := range reserved6 {

@@ -75,9 +75,9 @@ type Config struct {
 	PoolMemoryBudget int64
 	// TokenKey derives sandboxes' tokens (tokens.go); nil: a random key,
 	// so that tokens of an earlier run's sandboxes are not recognised.
-	TokenKey []byte
-	DefaultTTL       time.Duration
-	MaxTTL           time.Duration
+	TokenKey   []byte
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
 	// MaxSandboxes bounds running sandboxes (claimed ones; 0: no bound).
 	MaxSandboxes int
 	// Backends are the backends a create request may name, when
@@ -295,11 +295,10 @@ func (s *Sandbox) Done() <-chan struct{} { return s.ended }
 
 // Manager owns every sandbox of the host.
 type Manager struct {
-	cfg      Config
-	backend  Backend
-	log      *slog.Logger
-	metrics  *Metrics
-	tokenKey []byte
+	cfg     Config
+	backend Backend
+	log     *slog.Logger
+	metrics *Metrics
 
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
@@ -323,10 +322,10 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	m := &Manager{
 		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
 		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, warm: map[string]*warmSnap{}, private: map[*Private]struct{}{},
-		ctx: ctx, cancel: cancel, tokenKey: cfg.TokenKey,
+		ctx: ctx, cancel: cancel,
 	}
-	if len(m.tokenKey) == 0 {
-		m.tokenKey = newTokenKey()
+	if len(m.cfg.TokenKey) == 0 {
+		m.cfg.TokenKey = newTokenKey()
 	}
 	interval := cfg.MetricsInterval
 	if interval <= 0 {
@@ -1059,4 +1058,3 @@ func newSandboxID() string {
 	rand.Read(b[:])
 	return "i" + hex.EncodeToString(b[:])[:19]
 }
-

@@ -38,7 +38,7 @@ func newTokenKey() []byte {
 
 // token is id's token of kind: 192 bits of HMAC-SHA256, in hex.
 func (m *Manager) token(kind, id string) string {
-	mac := hmac.New(sha256.New, m.tokenKey)
+	mac := hmac.New(sha256.New, m.cfg.TokenKey)
 	mac.Write([]byte(kind + "\x00" + id))
 	return hex.EncodeToString(mac.Sum(nil)[:24])
 }
