@@ -320,7 +320,9 @@ func TestTimeoutAndMetrics(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(data, &ms) != nil || len(ms) != 1 {
 		t.Fatalf("metrics: %d %s", code, data)
 	}
-	if m := ms[0]; m.MemUsed != 20<<20 || m.MemTotal != 512<<20 || m.CPUCount != 1 || m.DiskTotal != 1<<30 || m.Timestamp == 0 {
+	// diskTotal is what its file systems hold: the default 1 GiB disk
+	// bounded by the 512 MiB of memory (policy.WritableBytes).
+	if m := ms[0]; m.MemUsed != 20<<20 || m.MemTotal != 512<<20 || m.CPUCount != 1 || m.DiskTotal != 384<<20 || m.Timestamp == 0 {
 		t.Errorf("metrics %s", data)
 	}
 	_, body := a.call("GET", "/metrics", nil)
@@ -631,7 +633,11 @@ func TestGatewayTokens(t *testing.T) {
 	apiError(t, code, data)
 	// Without the gone sandbox's own token, it is indistinguishable from
 	// a live one shown a wrong token, and so is an id never issued.
-	for _, probe := range []struct{ id, token string }{{c.SandboxID, "0" + c.EnvdAccessToken[1:]}, {"inope", c.EnvdAccessToken}, {c.SandboxID, ""}} {
+	wrong := "0" + c.EnvdAccessToken[1:] // one digit off
+	if wrong == c.EnvdAccessToken {
+		wrong = "1" + c.EnvdAccessToken[1:]
+	}
+	for _, probe := range []struct{ id, token string }{{c.SandboxID, wrong}, {"inope", c.EnvdAccessToken}, {c.SandboxID, ""}} {
 		hdr := http.Header{"X-Access-Token": {probe.token}}
 		if code, _ := a.gateway(probe.id, agentproto.EnvdPort, "GET", "/health", hdr, nil); code != http.StatusUnauthorized {
 			t.Errorf("sandbox %s with token %q: %d, want 401", probe.id, probe.token, code)

@@ -18,7 +18,7 @@ type Policy struct {
 	CPUs        float64       // CPU quota in cores
 	Timeout     time.Duration // wall-clock limit of one execution
 	OutputLimit int64         // bytes kept per stream (stdout, stderr)
-	DiskBytes   int64         // size of the writable root (/tmp, /home/user)
+	DiskBytes   int64         // size of the writable root (/tmp, /home/user); see WritableBytes
 	Mounts      []Mount       // host paths made visible inside
 	Env         []string      // KEY=VALUE pairs added to the default environment
 	Workdir     string        // working directory inside the sandbox
@@ -56,6 +56,27 @@ func Default() Policy {
 		DiskBytes:   1 << 30,
 		Workdir:     "/home/user",
 	}
+}
+
+// WritableBytes is how much the sandbox's writable file systems hold in
+// all: the disk limit, but never more than the memory limit less a
+// reserve. They are tmpfs, charged to the sandbox's memory: were they
+// allowed the whole memory limit, filling /tmp would end in an OOM kill
+// of whichever process is largest, often the agent or init (or, on
+// gVisor, the Sentry, the whole sandbox), where the writer should get
+// ENOSPC and the sandbox live on. The reserve (a quarter of the memory,
+// at most 256 MiB) is the room its processes keep with the disk full.
+func (p *Policy) WritableBytes() int64 {
+	reserve := min(p.MemoryBytes/4, 256<<20)
+	return max(min(p.DiskBytes, p.MemoryBytes-reserve), 0)
+}
+
+// WritableInodes is how many files and directories the writable file
+// systems hold: one per 4 KiB page of their space. Each costs the kernel
+// about 1 KiB of the sandbox's memory that no reclaim can free, so without
+// a bound empty files alone would fill the memory limit.
+func (p *Policy) WritableInodes() int64 {
+	return max(p.WritableBytes()/4096, 1024)
 }
 
 // Bounds below which a sandbox cannot do useful work; values under them are

@@ -127,3 +127,18 @@ func FuzzParseMount(f *testing.F) {
 		}
 	})
 }
+
+func TestWritableBytes(t *testing.T) {
+	for _, c := range []struct{ memory, disk, want int64 }{
+		{512 << 20, 1 << 30, 384 << 20},   // the defaults: memory bounds it
+		{512 << 20, 100 << 20, 100 << 20}, // the disk limit, well inside memory
+		{4 << 30, 8 << 30, 3840 << 20},    // the reserve stops growing at 256 MiB
+		{16 << 20, 1 << 30, 12 << 20},     // the smallest sandbox
+	} {
+		p := Default()
+		p.MemoryBytes, p.DiskBytes = c.memory, c.disk
+		if got := p.WritableBytes(); got != c.want {
+			t.Errorf("memory %s, disk %s: writable %s, want %s", FormatSize(c.memory), FormatSize(c.disk), FormatSize(got), FormatSize(c.want))
+		}
+	}
+}

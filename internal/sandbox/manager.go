@@ -278,7 +278,7 @@ func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&d) != nil {
 		return 0
 	}
-	return min(max(d.Used, 0), s.DiskMB<<21) // at most the two tmpfs' limits
+	return min(max(d.Used, 0), s.DiskMB<<20)
 }
 
 // Network is the sandbox's network policy now, and whether it has a
@@ -571,7 +571,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		StartedAt:      time.Now().UTC(),
 		CPUs:           pol.CPUs,
 		MemoryMB:       pol.MemoryBytes >> 20,
-		DiskMB:         pol.DiskBytes >> 20,
+		DiskMB:         pol.WritableBytes() >> 20, // what its file systems hold, not the limit asked
 		inst:           inst,
 		pol:            pol,
 		be:             be,

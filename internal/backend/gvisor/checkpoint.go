@@ -189,7 +189,7 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 		return nil, err
 	}
 	if len(p.RootLayers) > 0 {
-		b.image, b.overlay = true, p.DiskBytes
+		b.image, b.overlay = true, tmpfsBytes(&p)
 		if err := mountOverlay(filepath.Join(dir, "rootfs"), append([]string{filepath.Join(dir, "top")}, p.RootLayers...)); err != nil {
 			b.release("")
 			return nil, fmt.Errorf("the image's layers: %w", err)

@@ -226,6 +226,12 @@ type bundle struct {
 	overlay int64
 }
 
+// tmpfsBytes is the size of each of a sandbox's two writable file
+// systems: /tmp, and its home or its image root's writable layer.
+// gVisor's tmpfs cannot share one limit between two mounts, so each gets
+// half of what the policy allows them in all (policy.WritableBytes).
+func tmpfsBytes(p *policy.Policy) int64 { return p.WritableBytes() / 2 }
+
 // runFlags are runsc run's flags of the bundle's root.
 func (b *bundle) runFlags() []string {
 	if !b.image {
@@ -423,11 +429,9 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
-		// gVisor's tmpfs cannot share one size limit between two mounts:
-		// each gets the disk limit.
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", p.DiskBytes)}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmpfsBytes(p))}},
 		{Destination: layout.Home, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700",
-			fmt.Sprintf("uid=%d", layout.UID), fmt.Sprintf("gid=%d", layout.GID), fmt.Sprintf("size=%d", p.DiskBytes)}},
+			fmt.Sprintf("uid=%d", layout.UID), fmt.Sprintf("gid=%d", layout.GID), fmt.Sprintf("size=%d", tmpfsBytes(p))}},
 	}
 	for _, name := range layout.HostRootLinks {
 		if fi, err := os.Lstat("/" + name); err == nil && fi.Mode()&os.ModeSymlink != 0 {
@@ -581,15 +585,15 @@ func rootCaps() *specs.LinuxCapabilities {
 // writeImageBundle is writeBundle for a sandbox of an image (image.go).
 func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs.Mount) error {
 	p := &spec.Policy
-	b.image, b.overlay = true, p.DiskBytes
+	b.image, b.overlay = true, tmpfsBytes(p)
 	code, err := b.codeMount(spec)
 	if err != nil {
 		return err
 	}
-	// /tmp a tmpfs of the disk limit, as in every sandbox (runsc would
+	// /tmp a tmpfs of its own limit, as in every sandbox (runsc would
 	// mount one without a limit); the root's writable layer has its own.
 	mounts := []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", p.DiskBytes)}}}
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmpfsBytes(p))}}}
 	mounts = append(append(append(mounts, userMounts(p)...), code...), extra...)
 	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[2:])
 	if err != nil {

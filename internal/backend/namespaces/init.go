@@ -51,10 +51,14 @@ type initConfig struct {
 	Workdir   string
 	Hostname  string
 	RootDir   string // empty host directory to mount the new root on
-	DiskBytes int64
-	Pids      int64
-	Mounts    []policy.Mount
-	Files     []backend.File
+	DiskBytes int64  // RLIMIT_FSIZE: the policy's disk limit
+	// WritableBytes is the size of the root's tmpfs: policy.WritableBytes,
+	// at most DiskBytes, so that a full tmpfs is ENOSPC before SIGXFSZ.
+	WritableBytes  int64
+	WritableInodes int64 // its nr_inodes: policy.WritableInodes
+	Pids           int64
+	Mounts         []policy.Mount
+	Files          []backend.File
 	// Layers is how many image layers the host sends, on the socket that
 	// follows the mount trees, once this process's user namespace exists
 	// (see layers.go); 0: the sandbox's root is the host's view.

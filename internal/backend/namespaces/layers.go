@@ -85,13 +85,13 @@ func receiveLayers(fd, n int) ([]int, error) {
 }
 
 // imageRoot mounts the sandbox's root from the layer mounts (top first)
-// at dir/root and returns its builder: a tmpfs of diskBytes at dir holds
-// the writable layer (u), overlayfs' work directory (w) and the layers'
-// mount points (l/N).
-func imageRoot(dir string, layers []int, diskBytes int64) (*rootBuilder, error) {
+// at dir/root and returns its builder: a tmpfs of diskBytes and inodes at
+// dir holds the writable layer (u), overlayfs' work directory (w) and the
+// layers' mount points (l/N).
+func imageRoot(dir string, layers []int, diskBytes, inodes int64) (*rootBuilder, error) {
 	// nr_inodes: the files of a layer are bounded, and so is the kernel
 	// memory their inodes take.
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, maxLayerEntries)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, inodes)
 	if err := unix.Mount("airlock", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return nil, fmt.Errorf("mount root tmpfs: %w", err)
 	}

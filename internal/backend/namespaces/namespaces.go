@@ -316,19 +316,21 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	base := s.HostUID - layout.UID
 	p := &spec.Policy
 	cfg := initConfig{
-		Argv:       spec.Argv,
-		Env:        layout.Env(p),
-		Workdir:    p.Workdir,
-		Hostname:   layout.Hostname,
-		RootDir:    RootMountDir,
-		DiskBytes:  p.DiskBytes,
-		Pids:       p.Pids,
-		Mounts:     p.Mounts,
-		Files:      spec.Files,
-		Networked:  spec.NetNS != nil,
-		Layers:     len(p.RootLayers),
-		Root:       p.Root,
-		ExportRoot: p.ExportRoot,
+		Argv:           spec.Argv,
+		Env:            layout.Env(p),
+		Workdir:        p.Workdir,
+		Hostname:       layout.Hostname,
+		RootDir:        RootMountDir,
+		DiskBytes:      p.DiskBytes,
+		WritableBytes:  p.WritableBytes(),
+		WritableInodes: p.WritableInodes(),
+		Pids:           p.Pids,
+		Mounts:         p.Mounts,
+		Files:          spec.Files,
+		Networked:      spec.NetNS != nil,
+		Layers:         len(p.RootLayers),
+		Root:           p.Root,
+		ExportRoot:     p.ExportRoot,
 	}
 	// Every file handed to init is closed here once init has started (or
 	// failed to); a second Close of the same file is harmless.

@@ -31,8 +31,8 @@ func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int, layerS
 		return buildImageRoot(dir, c, firstMountFD, layers, layerSock)
 	}
 	// One size-limited tmpfs holds the whole writable part of the sandbox
-	// (/tmp, /home/user, /dev/shm): that is the --disk limit.
-	opts := fmt.Sprintf("size=%d,mode=0755", c.DiskBytes)
+	// (/tmp, /home/user, /dev/shm): the --disk limit, bounded by memory.
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", c.WritableBytes, c.WritableInodes)
 	if err := unix.Mount("airlock", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount root tmpfs: %w", err)
 	}
@@ -103,7 +103,7 @@ func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int, l
 		return err
 	}
 	devs["proc"] = proc
-	img, err := imageRoot(dir, layers, c.DiskBytes)
+	img, err := imageRoot(dir, layers, c.WritableBytes, min(c.WritableInodes, maxLayerEntries))
 	if err != nil {
 		return err
 	}
