@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/tasks"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -176,7 +177,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 	}
 	cmd.SysProcAttr.Credential = t.a.credential(id)
 	sub, _ := p.subscribe() // cannot fail: p has not started
-	if err := cmd.Start(); err != nil {
+	if err := tasks.Start(cmd); err != nil {
 		closeFiles(outputs)
 		if p.stdin != nil {
 			p.stdin.Close()

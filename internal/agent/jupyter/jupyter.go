@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/tasks"
 )
 
 // Spec is a kernelspec (kernel.json).
@@ -156,7 +158,7 @@ func Start(ctx context.Context, language, cwd string, env []string, cred *syscal
 	// Its own process group: an interrupt (SIGINT) reaches the kernel and
 	// what it runs, nothing else.
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	if err := k.cmd.Start(); err != nil {
+	if err := tasks.Start(k.cmd); err != nil {
 		k.cleanup()
 		return nil, fmt.Errorf("start kernel: %w", err)
 	}

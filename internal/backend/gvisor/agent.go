@@ -71,6 +71,8 @@ func (be *Backend) prepare(ctx context.Context, p policy.Policy, netns *os.File)
 	if err := backend.CheckNetNS(&p, netns); err != nil {
 		return nil, err
 	}
+	// The agent's reserve of tasks, above the user's pids limit.
+	p.Pids += agentproto.AgentTasks
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

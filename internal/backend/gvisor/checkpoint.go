@@ -184,6 +184,8 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 	if err := be.checkStamp(filepath.Join(dir, checkpointDir)); err != nil {
 		return nil, err
 	}
+	// As prepare's: the saved sandbox kept its agent's reserve.
+	p.Pids += agentproto.AgentTasks
 	b, err := be.openBundle(name, &p)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,9 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 	}
 	defer lf.Close()
 	log := backend.LineLog(b.log)
+	// The agent's reserve of tasks, above the user's pids limit: in the
+	// cgroup and in its RLIMIT_NPROC.
+	p.Pids += agentproto.AgentTasks
 	sb, err := b.start(ctx, &spec{
 		Spec: &backend.Spec{
 			Policy: p,
