@@ -40,8 +40,9 @@ var allowed = map[string][]string{
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 
-	"internal/agent":         {"internal/agent/jupyter", "internal/agentproto"},
-	"internal/agent/jupyter": {},
+	"internal/agent":         {"internal/agent/jupyter", "internal/agent/tasks", "internal/agentproto"},
+	"internal/agent/jupyter": {"internal/agent/tasks"},
+	"internal/agent/tasks":   {"internal/agentproto"},
 
 	// The network's host side: a peer of the backends, which never see
 	// more of it than a namespace to run in.
