@@ -16,8 +16,9 @@ RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
 # Debian packages the default sandbox template is expected to provide,
-# and the C toolchain of go test -race (cgo).
-APT_PACKAGES := python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
+# the C toolchain of go test -race (cgo), and bubblewrap, the baseline of
+# make bench-run.
+APT_PACKAGES := python3 bubblewrap python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
 
 # Packages whose tests need no root (the fake backend stands in for real
 # sandboxes): run under the race detector as the user nobody.
