@@ -6,6 +6,9 @@ GO ?= go
 # Static: the same binary runs as the sandbox's init and, later, its agent.
 export CGO_ENABLED := 0
 BIN := bin/airlock
+# What runs inside a sandbox (init, agent, sudo), embedded in airlock with
+# its hash (package sandboxbin).
+SANDBOX_BIN := internal/sandboxbin/bin/airlock-sandbox
 # A fake internet in network namespaces of the tests' own, in which the
 # SDK suites run (tests/netlab).
 NETLAB := bin/netlab
@@ -30,6 +33,8 @@ UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./i
 all: build
 
 build:
+	$(GO) build -trimpath -o $(SANDBOX_BIN) ./cmd/airlock-sandbox
+	sha256sum $(SANDBOX_BIN) | cut -d' ' -f1 > $(SANDBOX_BIN).sha256
 	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
 	$(GO) build -trimpath -o $(NETLAB) ./tests/netlab
 	$(GO) build -trimpath -o bin/mkimage ./tests/mkimage
@@ -116,4 +121,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin
+	rm -rf bin $(SANDBOX_BIN) $(SANDBOX_BIN).sha256

@@ -5,11 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-
-	"github.com/airlock-sandbox/airlock/internal/agent"
-	"github.com/airlock-sandbox/airlock/internal/agentproto"
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 )
 
 const usage = `usage: airlock <command> [flags]
@@ -37,15 +32,6 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
-	// The sandbox init path must run before anything else touches the
-	// process: it is the first process inside a new sandbox.
-	if namespaces.IsInit() {
-		namespaces.Init()
-	}
-	// Inside a sandbox with a root, the binary is sudo too (agent/sudo.go).
-	if filepath.Base(os.Args[0]) == "sudo" {
-		os.Exit(agent.SudoMain(os.Args[1:]))
-	}
 	os.Exit(exitCode(run(os.Args[1:])))
 }
 
@@ -65,9 +51,6 @@ func run(args []string) error {
 		return mcpCmd(args[1:])
 	case "template":
 		return templateCmd(args[1:])
-	case agentproto.AgentArg:
-		// Inside a sandbox, started by its init: serve the envd protocol.
-		return agent.Main()
 	case "version", "--version":
 		fmt.Println("airlock", version)
 		return nil

@@ -23,7 +23,9 @@ const module = "github.com/airlock-sandbox/airlock/"
 // manager or the edges; the agent, which runs inside every sandbox,
 // imports nothing daemon-side; policy, agentproto and cgroups are leaves.
 var allowed = map[string][]string{
-	"cmd/airlock": {"internal/agent", "internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
+	// What runs inside a sandbox, apart from the daemon's packages.
+	"cmd/airlock-sandbox": {"internal/agent", "internal/agentproto", "internal/backend/namespaces/nsinit"},
+	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
 	"tests/netlab":  {"internal/nettest"},
@@ -35,8 +37,12 @@ var allowed = map[string][]string{
 	"internal/layout":     {"internal/policy"},
 	"internal/backend":    {"internal/policy"},
 
-	"internal/backend/namespaces":  {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer"},
-	"internal/backend/gvisor":      {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer"},
+	"internal/backend/namespaces": {"internal/backend", "internal/backend/namespaces/nsinit", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin"},
+	"internal/backend/gvisor":     {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin"},
+	// The namespaces sandbox's init, inside it: the sandbox binary's.
+	"internal/backend/namespaces/nsinit": {"internal/layout", "internal/policy"},
+	// The sandbox binary, embedded, and where it is installed: a leaf.
+	"internal/sandboxbin":          {},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 

@@ -112,7 +112,7 @@ var ErrNotFound = errors.New("not found")
 var ErrConflict = errors.New("conflict")
 
 // A tag: what E2B allows, lower-case here as names are.
-var validTag = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+var validTag = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
 // ParseName splits E2B's "name[:tag]" and the request's tags into the
 // template's ID and its tags ("default" when none is given).
@@ -130,7 +130,7 @@ func ParseName(name string, tags []string) (string, []string, error) {
 		all = []string{"default"}
 	}
 	for _, t := range all {
-		if !validTag.MatchString(t) {
+		if !validTag().MatchString(t) {
 			return "", nil, fmt.Errorf("tag %q: use up to 64 lower-case letters, digits and . _ -", t)
 		}
 	}
@@ -336,4 +336,11 @@ func newID() string {
 	rand.Read(b[:])
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// lazyRegexp compiles expr at its first use, not at every start of the
+// binary: a counted repetition such as {0,127} takes a fraction of a
+// millisecond to compile, which airlock run would pay each time.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

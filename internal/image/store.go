@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -111,11 +112,11 @@ func Open(dir string, lim Limits) (*Store, error) {
 
 // Names are what templates are called: lower-case letters, digits and
 // "-_.:", as E2B's aliases and name:tag.
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._:-]{0,127}$`)
+var validName = lazyRegexp(`^[a-z0-9][a-z0-9._:-]{0,127}$`)
 
 // CheckName reports whether n can name an image.
 func CheckName(n string) error {
-	if !validName.MatchString(n) || strings.Contains(n, "..") {
+	if !validName().MatchString(n) || strings.Contains(n, "..") {
 		return fmt.Errorf("template name %q: use 1 to 128 lower-case letters, digits and . _ : - (starting with a letter or digit)", n)
 	}
 	return nil
@@ -429,13 +430,13 @@ func (s *Store) NewSnapshotDir() (name, dir string, err error) {
 
 // SnapshotDir is the directory of snapshot img's saved state.
 func (s *Store) SnapshotDir(img *Image) (string, error) {
-	if img.Snapshot == nil || !snapshotName.MatchString(img.Snapshot.Dir) {
+	if img.Snapshot == nil || !snapshotName().MatchString(img.Snapshot.Dir) {
 		return "", fmt.Errorf("template %s is not a snapshot", img.Name)
 	}
 	return filepath.Join(s.dir, "snapshots", img.Snapshot.Dir), nil
 }
 
-var snapshotName = regexp.MustCompile(`^[0-9a-f]{24}$`)
+var snapshotName = lazyRegexp(`^[0-9a-f]{24}$`)
 
 func (s *Store) imagePath(n string) string { return filepath.Join(s.dir, "images", n+".json") }
 
@@ -607,4 +608,11 @@ func (c *counting) Read(p []byte) (int, error) {
 		c.report(c.n)
 	}
 	return n, err
+}
+
+// lazyRegexp compiles expr at its first use, not at every start of the
+// binary: a counted repetition such as {0,127} takes a fraction of a
+// millisecond to compile, which airlock run would pay each time.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
@@ -41,7 +42,7 @@ type savedRecord struct {
 	Env                       map[string]string
 }
 
-var recordName = regexp.MustCompile(`^i[0-9a-f]{19}\.json$`)
+var recordName = lazyRegexp(`^i[0-9a-f]{19}\.json$`)
 
 func (m *Manager) savedDir() string { return filepath.Join(m.cfg.StateDir, "saved") }
 
@@ -225,7 +226,7 @@ func (m *Manager) loadSaved() {
 	recorded := map[string]bool{}         // ids
 	entries, _ := os.ReadDir(m.savedDir())
 	for _, e := range entries {
-		if !recordName.MatchString(e.Name()) {
+		if !recordName().MatchString(e.Name()) {
 			continue
 		}
 		path := filepath.Join(m.savedDir(), e.Name())
@@ -314,4 +315,11 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	sb.mu.Unlock()
 	m.log.Info("saved sandbox found", "sandbox", sb.ID)
 	return sb, nil
+}
+
+// lazyRegexp compiles expr at its first use, not at every start of the
+// binary: a counted repetition such as {0,127} takes a fraction of a
+// millisecond to compile, which airlock run would pay each time.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandboxbin"
 )
 
 // Inside a gVisor sandbox the agent cannot be handed a host socket as a
@@ -73,13 +74,12 @@ func (be *Backend) prepare(ctx context.Context, p policy.Policy, netns *os.File)
 	}
 	// The agent's reserve of tasks, above the user's pids limit.
 	p.Pids += agentproto.AgentTasks
-	self, err := os.Executable()
+	// The agent is the sandbox binary, which runsc binds in by its path.
+	bin, err := sandboxbin.Install(be.stateDir)
 	if err != nil {
 		return nil, err
 	}
-	if self, err = filepath.EvalSymlinks(self); err != nil {
-		return nil, err
-	}
+	self := bin.Path
 	b, err := be.newBundle(&p)
 	if err != nil {
 		return nil, err

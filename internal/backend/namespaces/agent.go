@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -115,11 +116,6 @@ func (s *agentSandbox) Wait() error {
 // freezer), until Resume.
 func (s *agentSandbox) Pause(ctx context.Context) error { return s.cg.Freeze(ctx, true) }
 
-// maxLayerEntries bounds the files an exported layer may have (as
-// image.DefaultLimits does the unpacking's), and the inodes of the
-// writable layer's tmpfs.
-const maxLayerEntries = 1 << 20
-
 // ExportRoot writes the sandbox's writable layer as an image layer, the
 // sandbox paused meanwhile so that what is read is one state of it.
 func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
@@ -135,7 +131,7 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	// dev, proc and sudo are the mount points of what init attached
 	// there; /tmp is the sandbox's scratch space, left out of a layer as on
 	// gVisor.
-	return ocilayer.WriteUpperLayer(ctx, w, s.upper, s.HostUID-layout.UID, maxLayerEntries, []string{"dev", "proc", "tmp", layout.CodeDir[1:], layout.SudoPath[1:]})
+	return ocilayer.WriteUpperLayer(ctx, w, s.upper, s.HostUID-layout.UID, nsinit.MaxLayerEntries, []string{"dev", "proc", "tmp", layout.CodeDir[1:], layout.SudoPath[1:]})
 }
 
 // Resume restarts a paused sandbox.

@@ -22,9 +22,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandboxbin"
 )
 
 // Backend builds sandboxes from Linux namespaces. It keeps its lock files
@@ -204,9 +206,12 @@ func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
 	if err := b.prepareStateDir(); err != nil {
 		return nil, err
 	}
+	bin, err := sandboxbin.Install(b.stateDir)
+	if err != nil {
+		return nil, err
+	}
 	id := spec.id
 	if id == "" {
-		var err error
 		if id, err = newID(); err != nil {
 			return nil, err
 		}
@@ -228,7 +233,7 @@ func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	sb := &Sandbox{ID: id, HostUID: base + layout.UID, lock: lock, uids: uids, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
-	if err := sb.start(ctx, spec); err != nil {
+	if err := sb.start(ctx, spec, bin); err != nil {
 		// Nothing of a sandbox that failed to start may remain.
 		kerr, derr := cg.Kill(), cg.Destroy()
 		if kerr == nil {
@@ -312,10 +317,14 @@ func (s *Sandbox) finish() (*backend.Result, error) {
 	return res, nil
 }
 
-func (s *Sandbox) start(ctx context.Context, spec *spec) error {
+func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary) error {
 	base := s.HostUID - layout.UID
 	p := &spec.Policy
-	cfg := initConfig{
+	files := make([]nsinit.File, len(spec.Files))
+	for i, f := range spec.Files {
+		files[i] = nsinit.File{Name: f.Name, Data: f.Data}
+	}
+	cfg := nsinit.Config{
 		Argv:           spec.Argv,
 		Env:            layout.Env(p),
 		Workdir:        p.Workdir,
@@ -326,7 +335,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		WritableInodes: p.WritableInodes(),
 		Pids:           p.Pids,
 		Mounts:         p.Mounts,
-		Files:          spec.Files,
+		Files:          files,
 		Networked:      spec.NetNS != nil,
 		Layers:         len(p.RootLayers),
 		Root:           p.Root,
@@ -346,7 +355,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		cfgR.Close()
 		return err
 	}
-	handed = append(handed, cfgR, statusW) // configFD, statusFD
+	handed = append(handed, cfgR, statusW) // nsinit.ConfigFD, nsinit.StatusFD
 
 	// A sandbox with a network is forked inside the namespace the host
 	// made for it; one without gets a new, empty one.
@@ -355,12 +364,12 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		clone |= unix.CLONE_NEWNET
 	}
 	cmd := &exec.Cmd{
-		// /proc/self/exe, not the binary's path: the exec happens after the
-		// child became the sandbox's root, an unprivileged host uid that
-		// may not traverse the directories the binary sits in (say
-		// /root/go/bin). The magic link skips that lookup.
-		Path: "/proc/self/exe",
-		Args: []string{"airlock", InitArg},
+		// Init is the sandbox binary, executed through a descriptor of it
+		// (the last of the files handed over, below), not by its path:
+		// the exec happens after the child became the sandbox's root, an
+		// unprivileged host uid that may not traverse the state directory.
+		// The magic link skips that lookup.
+		Args: []string{"airlock-sandbox", nsinit.Arg},
 		Env:  []string{},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: clone,
@@ -391,7 +400,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	cfg.CgroupFiles = len(tasks)
 	mounts := p.Mounts
 	for _, target := range spec.selfMounts {
-		mounts = append(slices.Clip(mounts), policy.Mount{Source: "/proc/self/exe", Target: target, ReadOnly: true})
+		mounts = append(slices.Clip(mounts), policy.Mount{Source: bin.Path, Target: target, ReadOnly: true})
 	}
 	cfg.Mounts = mounts
 	mountFiles, err := openMounts(mounts)
@@ -415,7 +424,10 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	}
 	handed = append(handed, spec.extraFiles...)
 	cfg.CommandFiles = len(spec.extraFiles)
-	cmd.ExtraFiles = handed
+	// Init's own binary last: init marks it close-on-exec with the rest,
+	// so neither the command nor the agent ever holds it.
+	cmd.ExtraFiles = append(handed, bin.File)
+	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", 3+len(handed))
 	cfgData, err := json.Marshal(&cfg)
 	if err != nil {
 		statusR.Close()
@@ -474,12 +486,12 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 		// may land after the reset below and break the status reader.
 		return abort(ctx.Err())
 	}
-	if err != nil || first[0] != statusRunning {
+	if err != nil || first[0] != nsinit.StatusRunning {
 		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			msg = []byte(fmt.Sprintf("init did not report within %s", setupTimeout))
-		case first[0] != statusFailed:
+		case first[0] != nsinit.StatusFailed:
 			msg = []byte("init ended without a report")
 		}
 		return abort(&backend.SetupError{Msg: string(msg)})
@@ -494,7 +506,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec) error {
 	go func() {
 		defer statusR.Close()
 		var msg [5]byte
-		if n, _ := io.ReadFull(statusR, msg[:]); n == 5 && msg[0] == statusExited {
+		if n, _ := io.ReadFull(statusR, msg[:]); n == 5 && msg[0] == nsinit.StatusExited {
 			s.exited <- unix.WaitStatus(binary.LittleEndian.Uint32(msg[1:]))
 		}
 		close(s.exited)

@@ -26,13 +26,10 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandboxbin"
 )
 
 func TestMain(m *testing.M) {
-	// Run re-executes this test binary as the sandbox's init.
-	if IsInit() {
-		Init()
-	}
 	lo, hi := HostUIDs()
 	airlocktest.SandboxUIDs = [2]int{lo, hi}
 	os.Exit(m.Run())
@@ -652,7 +649,7 @@ func TestInvalidUTF8Output(t *testing.T) {
 }
 
 // TestStartWithFilesAndSelf starts a long-lived sandbox the way the daemon
-// does: a file handed to the command, the airlock binary mounted inside.
+// does: a file handed to the command, the sandbox binary mounted inside.
 func TestStartWithFilesAndSelf(t *testing.T) {
 	airlocktest.RequiresRoot(t)
 	r, w, err := os.Pipe()
@@ -660,7 +657,11 @@ func TestStartWithFilesAndSelf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	self, _ := os.Stat("/proc/self/exe")
+	bin, err := sandboxbin.Install(DefaultStateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Stat(bin.Path)
 	var stdout bytes.Buffer
 	sb, err := testBackend.start(t.Context(), &spec{
 		Spec: &backend.Spec{

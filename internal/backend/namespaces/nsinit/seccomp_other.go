@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package namespaces
+package nsinit
 
 import (
 	"fmt"

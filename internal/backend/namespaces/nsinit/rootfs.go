@@ -1,4 +1,4 @@
-package namespaces
+package nsinit
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 //
 // The user's mounts arrive as detached mount trees (see openMounts), one fd
 // each from firstMountFD on.
-func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int, layerSock int) error {
+func buildRoot(dir string, c *Config, firstMountFD int, layers []int, layerSock int) error {
 	// Private propagation first: without it, mounts below could propagate
 	// back into the host's mount namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -82,7 +82,7 @@ func buildRoot(dir string, c *initConfig, firstMountFD int, layers []int, layerS
 // and only once the host's file system is out of reach is any path of the
 // image followed. What the sandbox needs of the host (device nodes, the
 // user's mounts, the agent's binary) comes along as mounts already open.
-func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int, layerSock int) error {
+func buildImageRoot(dir string, c *Config, firstMountFD int, layers []int, layerSock int) error {
 	devs := map[string]int{}
 	defer func() {
 		for _, fd := range devs {
@@ -103,7 +103,7 @@ func buildImageRoot(dir string, c *initConfig, firstMountFD int, layers []int, l
 		return err
 	}
 	devs["proc"] = proc
-	img, err := imageRoot(dir, layers, c.WritableBytes, min(c.WritableInodes, maxLayerEntries))
+	img, err := imageRoot(dir, layers, c.WritableBytes, min(c.WritableInodes, MaxLayerEntries))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package namespaces
+package nsinit
 
 import "golang.org/x/sys/unix"
 

@@ -1,4 +1,9 @@
-package namespaces
+// Package nsinit is the first process inside a sandbox of the namespaces
+// backend, pid 1 of its pid namespace: it builds the sandbox from the
+// inside, in one ordered list of steps, starts the command with every
+// protection applied, and reaps. It runs in the sandbox binary
+// (cmd/airlock-sandbox), apart from the daemon's packages.
+package nsinit
 
 import (
 	"encoding/binary"
@@ -17,35 +22,40 @@ import (
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// InitArg is the first argument with which the airlock binary re-executes
-// itself as a sandbox's init. main must call Init before anything else when
-// it sees it.
-const InitArg = "__airlock-sandbox-init"
+// Arg is the first argument of the sandbox binary started as a sandbox's
+// init. main must call Main before anything else when it sees it.
+const Arg = "__airlock-sandbox-init"
 
 // The file descriptors the host gives init, after stdin, stdout and stderr.
 const (
-	configFD = 3 // config JSON, then EOF
-	statusFD = 4 // init's reports to the host, see the status* bytes
-	// From 5 on: initConfig.CgroupFiles cgroup v1 "tasks" files, then one
-	// detached mount tree per entry of initConfig.Mounts.
-	firstExtraFD = 5
+	ConfigFD = 3 // config JSON, then EOF
+	StatusFD = 4 // init's reports to the host, see the status* bytes
+	// From 5 on: Config.CgroupFiles cgroup v1 "tasks" files, then one
+	// detached mount tree per entry of Config.Mounts.
+	FirstExtraFD = 5
 )
 
-// Reports on statusFD, one byte each, the last one followed by data.
+// Reports on StatusFD, one byte each, the last one followed by data.
 const (
-	statusFailed  = 'E' // setup failed; the message follows
-	statusRunning = 'R' // the user's command started
-	statusExited  = 'X' // it ended; its wait status follows, 4 bytes little-endian
+	StatusFailed  = 'E' // setup failed; the message follows
+	StatusRunning = 'R' // the user's command started
+	StatusExited  = 'X' // it ended; its wait status follows, 4 bytes little-endian
 )
 
-// initConfig is what the host tells init. It is trusted: it comes from the
+// File is a file the host places in the sandbox, read-only, under
+// layout.CodeDir.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Config is what the host tells init. It is trusted: it comes from the
 // airlock process that started init, over an inherited pipe.
-type initConfig struct {
+type Config struct {
 	Argv      []string
 	Env       []string
 	Workdir   string
@@ -58,7 +68,7 @@ type initConfig struct {
 	WritableInodes int64 // its nr_inodes: policy.WritableInodes
 	Pids           int64
 	Mounts         []policy.Mount
-	Files          []backend.File
+	Files          []File
 	// Layers is how many image layers the host sends, on the socket that
 	// follows the mount trees, once this process's user namespace exists
 	// (see layers.go); 0: the sandbox's root is the host's view.
@@ -74,37 +84,40 @@ type initConfig struct {
 	// none of it; otherwise its namespace is new and has only loopback.
 	Networked bool
 	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
-	// host, follow firstExtraFD; the mount trees come next, one per
+	// host, follow FirstExtraFD; the mount trees come next, one per
 	// Mounts entry, then the layers' socket if Layers > 0, and then
 	// CommandFiles files for the command.
 	CgroupFiles  int
 	CommandFiles int
 }
 
-// Init is the sandbox's first process, pid 1 of its pid namespace. It
+// Main is the sandbox's first process, pid 1 of its pid namespace. It
 // builds the sandbox, starts the user's command with every protection
 // applied, reaps orphans like any init, reports how the command ended on
-// statusFD, and exits: with pid 1 gone, the kernel kills whatever is left.
+// StatusFD, and exits: with pid 1 gone, the kernel kills whatever is left.
 //
 // The command is not exec'd as pid 1 itself: the kernel ignores signals
 // that pid 1 has no handler for, so "kill -TERM $$" or a program's own
 // raise(SIGSEGV) would silently do nothing, and orphans would turn into
 // zombies under programs that never wait.
-func Init() {
+func Main() {
 	// Per-thread properties set below (the bounding set, securebits, the
 	// cgroups joined on v1, the cgroup namespace) must be those of the
 	// thread that forks the command, so this goroutine keeps its thread.
 	runtime.LockOSThread()
-	status := os.NewFile(statusFD, "status")
+	// Executed through a descriptor, init would be called by its number
+	// (the kernel names a process after its file): name it as ps expects.
+	_ = os.WriteFile("/proc/self/comm", []byte("init"), 0)
+	status := os.NewFile(StatusFD, "status")
 	main, err := setup()
 	if err != nil {
-		status.Write(append([]byte{statusFailed}, err.Error()...))
+		status.Write(append([]byte{StatusFailed}, err.Error()...))
 		os.Exit(1)
 	}
-	status.Write([]byte{statusRunning})
+	status.Write([]byte{StatusRunning})
 	ws := reap(main)
 	var msg [5]byte
-	msg[0] = statusExited
+	msg[0] = StatusExited
 	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
 	status.Write(msg[:])
 	os.Exit(0)
@@ -133,7 +146,7 @@ func setup() (int, error) {
 	}
 	// 3. The root file system, then pivot into it: the host's view, or an
 	// image's layers, which the host idmapped for this user namespace.
-	firstMount := firstExtraFD + c.CgroupFiles
+	firstMount := FirstExtraFD + c.CgroupFiles
 	var layers []int
 	layerSock := -1
 	if c.Layers > 0 {
@@ -189,7 +202,7 @@ func setup() (int, error) {
 	}
 	files := []uintptr{0, 1, 2}
 	for i := range c.CommandFiles {
-		files = append(files, uintptr(firstExtraFD+c.CgroupFiles+len(c.Mounts)+min(c.Layers, 1)+i))
+		files = append(files, uintptr(FirstExtraFD+c.CgroupFiles+len(c.Mounts)+min(c.Layers, 1)+i))
 	}
 	// Nothing but those files may reach the command: not the status pipe,
 	// not whatever the host process inherited. ForkExec's dup2 clears
@@ -249,7 +262,7 @@ func reap(main int) unix.WaitStatus {
 // (On cgroup v2 init was cloned into its cgroup and there are no files.)
 func joinCgroups(n int) error {
 	for i := range n {
-		f := os.NewFile(uintptr(firstExtraFD+i), "cgroup")
+		f := os.NewFile(uintptr(FirstExtraFD+i), "cgroup")
 		_, err := f.Write([]byte("0"))
 		f.Close()
 		if err != nil {
@@ -259,14 +272,14 @@ func joinCgroups(n int) error {
 	return nil
 }
 
-func readConfig() (*initConfig, error) {
-	f := os.NewFile(configFD, "config")
+func readConfig() (*Config, error) {
+	f := os.NewFile(ConfigFD, "config")
 	data, err := io.ReadAll(f)
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	var c initConfig
+	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
 	}
@@ -373,7 +386,7 @@ func dropPrivileges() error {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("parent death signal: %w", err)
 	}
-	fds := []unix.PollFd{{Fd: statusFD, Events: unix.POLLOUT}}
+	fds := []unix.PollFd{{Fd: StatusFD, Events: unix.POLLOUT}}
 	if _, err := unix.Poll(fds, 0); err != nil || fds[0].Revents&unix.POLLERR != 0 {
 		return errors.New("the host process is gone")
 	}
@@ -444,7 +457,7 @@ func keepRoot() error {
 // sockets to the sandbox. Network rights are left alone: the network
 // namespace already decides what is reachable, and code interpreters talk
 // to their kernels over loopback TCP.
-func restrictLandlock(c *initConfig) error {
+func restrictLandlock(c *Config) error {
 	if _, err := llsyscall.LandlockGetABIVersion(); err != nil {
 		return errNoLandlock
 	}
@@ -481,7 +494,7 @@ func restrictLandlock(c *initConfig) error {
 	return nil
 }
 
-func setRlimits(c *initConfig) error {
+func setRlimits(c *Config) error {
 	limits := []struct {
 		resource int
 		value    uint64
@@ -506,4 +519,4 @@ func setRlimits(c *initConfig) error {
 }
 
 // IsInit reports whether this process was started as a sandbox init.
-func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == InitArg }
+func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == Arg }
