@@ -21,14 +21,14 @@ const (
 )
 
 // CodeDir holds what the host places in the sandbox, read-only: the code
-// files of airlock run's --file and --code, and the agent's binary.
+// files of airlock run's --file and --code, and the sandbox binary.
 const CodeDir = "/.airlock"
 
-// AgentPath is where the airlock binary appears inside a sandbox, to run
-// as its agent.
+// AgentPath is where the sandbox binary (cmd/airlock-sandbox) appears
+// inside a sandbox, to run as its agent.
 const AgentPath = CodeDir + "/bin/airlock"
 
-// SudoPath is where sandboxes with a root have sudo (the airlock binary,
+// SudoPath is where sandboxes with a root have sudo (the sandbox binary,
 // read-only): first in the PATH of every user's login shell.
 const SudoPath = "/usr/local/bin/sudo"
 

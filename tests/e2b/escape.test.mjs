@@ -53,7 +53,11 @@ const hostFacts = () => {
       if (existsSync(p)) facts[p] = read(p)
     }
   }
-  for (const b of [bin, resolve(bin, '../runsc')]) {
+  // The binaries: airlock, runsc, and the sandbox binary as installed for
+  // the daemon's backends and for airlock run.
+  const installed = [join(server.stateDir, 'run'), join(server.stateDir, 'gvisor'), '/run/airlock']
+    .flatMap((d) => existsSync(d) ? readdirSync(d).filter((f) => f.startsWith('airlock-sandbox-')).map((f) => join(d, f)) : [])
+  for (const b of [bin, resolve(bin, '../runsc'), ...installed]) {
     if (existsSync(b)) facts[b] = createHash('sha256').update(readFileSync(b)).digest('hex')
   }
   // The image's files, shared read-only by every sandbox of its template:
@@ -98,6 +102,9 @@ before(async () => {
     assert.ok(h.layerFiles.length >= 3, `the image's files in the store: ${h.layerFiles}`)
   }
   cliState = mkdtempSync(join(tmpdir(), 'airlock-escape-cli-'))
+  // airlock run installs its sandbox binary at its first run: before the
+  // host's facts are taken.
+  assert.equal((await paths.cli('echo ready')).stdout, 'ready\n')
   h.before = hostFacts()
 })
 

@@ -424,10 +424,10 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 	}
 	handed = append(handed, spec.extraFiles...)
 	cfg.CommandFiles = len(spec.extraFiles)
-	// Init's own binary last: init marks it close-on-exec with the rest,
-	// so neither the command nor the agent ever holds it.
+	// Init's own binary last, which init closes first.
 	cmd.ExtraFiles = append(handed, bin.File)
-	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", 3+len(handed))
+	cfg.SelfFD = 3 + len(handed)
+	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", cfg.SelfFD)
 	cfgData, err := json.Marshal(&cfg)
 	if err != nil {
 		statusR.Close()

@@ -89,6 +89,9 @@ type Config struct {
 	// CommandFiles files for the command.
 	CgroupFiles  int
 	CommandFiles int
+	// SelfFD is init's own binary, last of all: the descriptor the host
+	// executed it through, which names a host path (/proc/1/fd).
+	SelfFD int
 }
 
 // Main is the sandbox's first process, pid 1 of its pid namespace. It
@@ -130,6 +133,10 @@ func setup() (int, error) {
 	c, err := readConfig()
 	if err != nil {
 		return 0, err
+	}
+	// Its own binary is open only to be executed, done: let it go.
+	if err := unix.Close(c.SelfFD); err != nil {
+		return 0, fmt.Errorf("close the sandbox binary: %w", err)
 	}
 	// 2. Enter the sandbox's cgroups before anything else, so all that
 	// follows is limited and accounted.
