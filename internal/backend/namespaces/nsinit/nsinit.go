@@ -112,13 +112,19 @@ func Main() {
 	// (the kernel names a process after its file): name it as ps expects.
 	_ = os.WriteFile("/proc/self/comm", []byte("init"), 0)
 	status := os.NewFile(StatusFD, "status")
+	// Signals are caught from the start, not from the command's: one sent
+	// while the sandbox is built would otherwise end init by its default
+	// action (only signals from inside the pid namespace are ignored by
+	// pid 1). What arrives meanwhile is passed on once the command runs.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	main, err := setup()
 	if err != nil {
 		status.Write(append([]byte{StatusFailed}, err.Error()...))
 		os.Exit(1)
 	}
 	status.Write([]byte{StatusRunning})
-	ws := reap(main)
+	ws := reap(main, sigs)
 	var msg [5]byte
 	msg[0] = StatusExited
 	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
@@ -231,9 +237,7 @@ func setup() (int, error) {
 // thread signal only processes of its own domain, which main inherited
 // from this thread alone. The waiting is done on another thread (it is
 // not scoped) and reported here.
-func reap(main int) unix.WaitStatus {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+func reap(main int, sigs <-chan os.Signal) unix.WaitStatus {
 	ended := make(chan unix.WaitStatus, 1)
 	go func() {
 		for {
