@@ -28,7 +28,7 @@ APT_PACKAGES := python3 bubblewrap python3-numpy python3-pandas python3-matplotl
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
 	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/ ./internal/ocilayer/ ./internal/build/
 
-.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability fuzz clean
+.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause fuzz clean
 
 all: build
 
@@ -81,7 +81,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability
+bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability bench-density
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -104,6 +104,12 @@ bench-template: deps build runsc
 # noisy neighbours; in the fake internet, on each backend.
 bench-reliability: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-reliability.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-reliability.mjs
+
+# Density and bursts as an operator plans capacity: memory per idle
+# sandbox, how many idle sandboxes the host holds, pool refill rate, a
+# burst of 100 creates; on each backend.
+bench-density: deps build runsc
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench-density.mjs && AIRLOCK_TEST_BACKEND=gvisor node bench-density.mjs
 
 # Pause and resume on gVisor: saved to disk against frozen in memory.
 bench-pause: deps build runsc
