@@ -252,7 +252,7 @@ func (s *Server) statusOf(err error) (int, string) {
 		return http.StatusTooManyRequests, err.Error()
 	case errors.Is(err, sandbox.ErrConflict):
 		return http.StatusConflict, err.Error()
-	case errors.Is(err, sandbox.ErrShuttingDown):
+	case errors.Is(err, sandbox.ErrShuttingDown), errors.Is(err, sandbox.ErrHostFull):
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, sandbox.ErrUnrestorable):
 		// The manager's message names the sandbox only; the cause (host

@@ -578,6 +578,24 @@ func TestTooMany(t *testing.T) {
 	}
 }
 
+// A host out of room (tasks or memory) gets a 503 with a retry hint, and
+// the reason stays in the log.
+func TestHostFull(t *testing.T) {
+	full := errors.New("12 tasks of the 10 the kernel allows")
+	a := newAPI(t, sandbox.Config{HostRoom: func() error { return &sandbox.PublicError{Err: sandbox.ErrHostFull, Cause: full} }})
+	code, hdr, data := a.do("POST", "/v2/sandboxes", nil, http.Header{"X-Api-Key": {key}})
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("create on a full host: %d %s, want 503", code, data)
+	}
+	apiError(t, code, data)
+	if hdr.Get("Retry-After") == "" {
+		t.Error("a 503 without Retry-After")
+	}
+	if strings.Contains(string(data), "tasks") {
+		t.Errorf("the host's figures reached the client: %s", data)
+	}
+}
+
 func TestGatewayTokens(t *testing.T) {
 	a := newAPI(t, sandbox.Config{})
 	c := a.create(nil)

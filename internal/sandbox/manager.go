@@ -59,6 +59,14 @@ type Template struct {
 	WarmSnapshot bool
 }
 
+// hostRoom reports whether the host has room for another box.
+func (m *Manager) hostRoom() error {
+	if m.cfg.HostRoom != nil {
+		return m.cfg.HostRoom()
+	}
+	return hostRoom()
+}
+
 // backend returns the backend of t's sandboxes.
 func (m *Manager) backendOf(t *Template) Backend {
 	if t.Backend != nil {
@@ -101,6 +109,10 @@ type Config struct {
 	// PauseInMemory: a pause always freezes the sandbox in memory, even
 	// where its backend could save it to disk.
 	PauseInMemory bool
+	// HostRoom reports whether the host has room for another box (nil:
+	// hostroom.go's, of its tasks and memory); none is started, for a
+	// create or a pool, while it has not.
+	HostRoom func() error
 }
 
 // TemplateSource finds templates by name; an unknown one is
@@ -525,6 +537,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	if p != nil && poolable {
 		inst, pooled = p.claim()
 	}
+	if inst == nil {
+		if err := m.hostRoom(); err != nil {
+			return nil, err
+		}
+	}
 	if inst == nil && poolable {
 		inst = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), pol)
 	}
@@ -852,6 +869,9 @@ func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error 
 			m.mu.Unlock()
 			if full {
 				return fmt.Errorf("%w: the limit is %d", ErrTooMany, m.cfg.MaxSandboxes)
+			}
+			if err := m.hostRoom(); err != nil {
+				return err
 			}
 			if err := m.restore(context.WithoutCancel(ctx), sb); err != nil {
 				return err

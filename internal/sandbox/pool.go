@@ -131,7 +131,7 @@ func (p *pool) wanted() bool {
 	p.mu.Lock()
 	n := len(p.ready)
 	p.mu.Unlock()
-	if n >= p.tmpl.PoolSize {
+	if n >= p.tmpl.PoolSize || p.m.hostRoom() != nil {
 		return false
 	}
 	budget := p.m.cfg.PoolMemoryBudget
