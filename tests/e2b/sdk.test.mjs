@@ -262,6 +262,10 @@ test('files: metadata, watch events with their entry', async () => {
     const events = []
     const watcher = await sbx.files.watchDir('/home/user/we', (e) => events.push(e), { includeEntry: true, allowNetworkMounts: true })
     await sbx.files.write('/home/user/we/e.txt', 'hello', { metadata: { tag: 'seen' } })
+    // An event carries its entry only while the file is still at its path:
+    // the file stays until its events came (a removal right after the
+    // write would race the watcher, on gVisor most of all).
+    for (let i = 0; i < 50 && !events.some((e) => e.entry?.metadata?.tag === 'seen'); i++) await sleep(50)
     await sbx.files.remove('/home/user/we/e.txt')
     for (let i = 0; i < 50 && !events.some((e) => e.type === 'remove'); i++) await sleep(50)
     await watcher.stop()
