@@ -18,17 +18,18 @@ RUNSC := bin/runsc
 RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
-# Debian packages the default sandbox template is expected to provide,
-# the C toolchain of go test -race (cgo), and bubblewrap, the baseline of
-# make bench-run.
-APT_PACKAGES := python3 bubblewrap python3-numpy python3-pandas python3-matplotlib python3-ipykernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
+# Debian packages the default sandbox template is expected to provide
+# (Python with numpy, pandas, matplotlib, seaborn, Pillow and its Jupyter
+# kernel; R's), the C toolchain of go test -race (cgo), and bubblewrap,
+# the baseline of make bench-run.
+APT_PACKAGES := python3 bubblewrap python3-numpy python3-pandas python3-matplotlib python3-seaborn python3-pil python3-ipykernel r-cran-irkernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
 
 # Packages whose tests need no root (the fake backend stands in for real
 # sandboxes): run under the race detector as the user nobody.
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
 	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/ ./internal/ocilayer/ ./internal/build/
 
-.PHONY: all build deps runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause fuzz clean
+.PHONY: all build deps kernels runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause fuzz clean
 
 all: build
 
@@ -39,6 +40,20 @@ build:
 	$(GO) build -trimpath -o $(NETLAB) ./tests/netlab
 	$(GO) build -trimpath -o bin/mkimage ./tests/mkimage
 
+# The code interpreter's kernels beyond Debian's Python and R ones, where
+# every sandbox that sees the host's /usr finds them: Deno's (JavaScript
+# and TypeScript, from npm at the version kernels/package-lock.json pins)
+# and Airlock's Bash kernel (kernels/bash).
+KERNELSPECS := /usr/local/share/jupyter/kernels
+DENO := /usr/local/lib/airlock/deno/deno
+
+kernels:
+	cd kernels && npm ci --no-audit --no-fund --ignore-scripts >/dev/null
+	cmp -s kernels/node_modules/@deno/linux-x64-glibc/deno $(DENO) || install -D -m 0755 kernels/node_modules/@deno/linux-x64-glibc/deno $(DENO)
+	install -D -m 0644 kernels/deno/kernel.json $(KERNELSPECS)/deno/kernel.json
+	install -D -m 0644 kernels/bash/kernel.json $(KERNELSPECS)/bash/kernel.json
+	install -D -m 0644 kernels/bash/airlock_bash_kernel.py $(KERNELSPECS)/bash/airlock_bash_kernel.py
+
 # Installs only what is missing; needs root and Debian's apt.
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -47,6 +62,7 @@ deps:
 		echo "installing: $$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	$(MAKE) --no-print-directory kernels
 
 test: test-go test-sdk
 

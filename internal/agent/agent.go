@@ -131,6 +131,11 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 	a.envMu.Lock()
 	maps.Copy(a.vars, s.EnvVars)
 	a.envMu.Unlock()
+	if len(s.EnvVars) > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+		a.interp.exportEnv(ctx, s.EnvVars)
+		cancel()
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

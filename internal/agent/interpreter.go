@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +44,7 @@ type codeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	lang     *language
 	created  time.Time
 
 	mu     sync.Mutex // one execution at a time
@@ -76,9 +79,16 @@ func jsonError(w http.ResponseWriter, status int, format string, args ...any) {
 
 // startKernel starts c's kernel. Caller holds c.mu.
 func (in *interpreter) startKernel(ctx context.Context, c *codeContext) error {
-	env := in.a.env(kernelEnv)
-	// Kernels run as the sandbox user, whoever the agent is.
-	k, err := jupyter.Start(ctx, c.Language, c.Cwd, env, in.a.credential(in.a.userIdentity()))
+	spec, err := jupyter.FindSpec(c.lang.kernels...)
+	if err != nil {
+		return fmt.Errorf("no Jupyter kernel for %s is installed", c.lang.name)
+	}
+	k, err := jupyter.Start(ctx, spec, jupyter.Options{
+		Cwd: c.Cwd, Env: in.a.env(kernelEnv),
+		// Kernels run as the sandbox user, whoever the agent is.
+		Cred: in.a.credential(in.a.userIdentity()),
+		Args: c.lang.args, Files: c.lang.files, LateOutput: c.lang.late,
+	})
 	if err != nil {
 		return err
 	}
@@ -88,13 +98,14 @@ func (in *interpreter) startKernel(ctx context.Context, c *codeContext) error {
 
 // newContext creates a context and starts its kernel.
 func (in *interpreter) newContext(ctx context.Context, language, cwd string) (*codeContext, error) {
-	if language == "" {
-		language = "python"
+	lang, err := languageOf(language)
+	if err != nil {
+		return nil, err
 	}
 	if cwd == "" {
 		cwd = in.a.home
 	}
-	c := &codeContext{ID: newWatcherID(), Language: language, Cwd: in.a.resolve(cwd), created: time.Now()}
+	c := &codeContext{ID: newWatcherID(), Language: lang.name, lang: lang, Cwd: in.a.resolve(cwd), created: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := in.startKernel(ctx, c); err != nil {
@@ -107,10 +118,12 @@ func (in *interpreter) newContext(ctx context.Context, language, cwd string) (*c
 }
 
 // defaultContext returns the language's default context, creating it.
-func (in *interpreter) defaultContext(ctx context.Context, language string) (*codeContext, error) {
-	if language == "" {
-		language = "python"
+func (in *interpreter) defaultContext(ctx context.Context, name string) (*codeContext, error) {
+	lang, err := languageOf(name)
+	if err != nil {
+		return nil, err
 	}
+	language := lang.name
 	lookup := func() *codeContext {
 		in.mu.Lock()
 		defer in.mu.Unlock()
@@ -160,6 +173,24 @@ func (in *interpreter) Prestart(language string) error {
 	return c.kernel.ExecuteSilent(ctx, "try:\n import matplotlib.pyplot, pandas\nexcept ImportError:\n pass\n")
 }
 
+// exportEnv gives every running kernel vars, the sandbox's envVars:
+// kernels started from now on find them in the agent's environment, but
+// one started before them (a pool's prestarted kernel) must be told.
+func (in *interpreter) exportEnv(ctx context.Context, vars map[string]string) {
+	in.mu.Lock()
+	list := slices.Collect(maps.Values(in.contexts))
+	in.mu.Unlock()
+	for _, c := range list {
+		c.mu.Lock()
+		if c.kernel != nil && c.lang.exportEnv != nil {
+			if err := c.kernel.ExecuteSilent(ctx, c.lang.exportEnv(vars)); err != nil {
+				in.a.log.Warn("sandbox envs for a running kernel", "language", c.Language, "err", err)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
 func (c *codeContext) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -195,12 +226,16 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var err error
 		if c, err = in.defaultContext(r.Context(), req.Language); err != nil {
-			jsonError(w, http.StatusBadRequest, "%v", err)
+			// In the stream, as the execution's error: the SDKs show an
+			// HTTP error's status but not its message.
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Write(append(asciiJSON(map[string]any{"type": "error", "name": "KernelError", "value": err.Error(), "traceback": ""}), '\n'))
+			w.Write(append(asciiJSON(map[string]any{"type": "end_of_execution"}), '\n'))
 			return
 		}
 	}
-	if len(req.EnvVars) > 0 && c.Language != "python" {
-		jsonError(w, http.StatusBadRequest, "env_vars are supported for python contexts only")
+	if len(req.EnvVars) > 0 && c.lang.setEnv == nil {
+		jsonError(w, http.StatusBadRequest, "env_vars are not supported for %s contexts", c.Language)
 		return
 	}
 	// Headers first: the SDK's request timer runs until they arrive, and
@@ -258,14 +293,16 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 
 	ctx := r.Context()
 	if len(req.EnvVars) > 0 {
-		if err := c.kernel.ExecuteSilent(ctx, setEnvCode(req.EnvVars)); err != nil {
+		if err := c.kernel.ExecuteSilent(ctx, c.lang.setEnv(req.EnvVars)); err != nil {
 			in.recover(c, err)
 			return
 		}
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.Background(), interruptGrace)
 			defer cancel()
-			c.kernel.ExecuteSilent(rctx, restoreEnvCode)
+			if c.kernel != nil {
+				c.kernel.ExecuteSilent(rctx, c.lang.restoreEnv)
+			}
 		}()
 	}
 	err := c.kernel.Execute(ctx, req.Code, func(o jupyter.Output) {
@@ -280,7 +317,7 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 			json.Unmarshal(o.Content, &rep)
 			switch rep.Status {
 			case "error":
-				line(map[string]any{"type": "error", "name": rep.Ename, "value": rep.Evalue, "traceback": strings.Join(rep.Traceback, "")})
+				line(map[string]any{"type": "error", "name": rep.Ename, "value": rep.Evalue, "traceback": joinTraceback(rep.Traceback)})
 			case "aborted", "abort":
 				line(map[string]any{"type": "error", "name": "ExecutionAborted", "value": "the execution was aborted", "traceback": ""})
 			}
@@ -347,6 +384,21 @@ func asciiJSON(v any) []byte {
 	return out
 }
 
+// joinTraceback makes one text of a kernel's traceback lines: IPython's
+// and Deno's end without a newline, which E2B's server joins end to end
+// ("Traceback (most recent call last)Cell In [3]"); here each ends its
+// line.
+func joinTraceback(lines []string) string {
+	var b strings.Builder
+	for i, l := range lines {
+		b.WriteString(l)
+		if i < len(lines)-1 && !strings.HasSuffix(l, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
 // mimeFields maps Jupyter MIME types to the result fields of E2B's SDKs.
 var mimeFields = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
@@ -411,7 +463,7 @@ func outputLine(o jupyter.Output) map[string]any {
 			Traceback []string `json:"traceback"`
 		}
 		json.Unmarshal(o.Content, &c)
-		return map[string]any{"type": "error", "name": c.Ename, "value": c.Evalue, "traceback": strings.Join(c.Traceback, "")}
+		return map[string]any{"type": "error", "name": c.Ename, "value": c.Evalue, "traceback": joinTraceback(c.Traceback)}
 	case "execute_input":
 		var c struct {
 			Count int `json:"execution_count"`
@@ -421,26 +473,6 @@ func outputLine(o jupyter.Output) map[string]any {
 	}
 	return nil
 }
-
-// setEnvCode sets environment variables for one execution in a Python
-// kernel, remembering what they were; restoreEnvCode puts that back.
-func setEnvCode(vars map[string]string) string {
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	data, _ := json.Marshal(vars)
-	return fmt.Sprintf("import os as _airlock_os, json as _airlock_json\n"+
-		"_airlock_env = _airlock_json.loads(%q)\n"+
-		"_airlock_saved = {k: _airlock_os.environ.get(k) for k in _airlock_env}\n"+
-		"_airlock_os.environ.update(_airlock_env)\n", string(data))
-}
-
-const restoreEnvCode = "for _k, _v in _airlock_saved.items():\n" +
-	"    if _v is None: _airlock_os.environ.pop(_k, None)\n" +
-	"    else: _airlock_os.environ[_k] = _v\n" +
-	"del _k, _v, _airlock_saved, _airlock_env\n"
 
 func (in *interpreter) createContext(w http.ResponseWriter, r *http.Request) {
 	var req struct {

@@ -36,12 +36,14 @@ const SudoPath = "/usr/local/bin/sudo"
 func CodePath(name string) string { return CodeDir + "/" + name }
 
 // HostEtc are the /etc entries the default template shares read-only:
-// what Python, numpy, matplotlib and TLS clients read at start. Entries
+// what Python, numpy, matplotlib, R and TLS clients read at start. Entries
 // missing on the host are skipped; everything else in /etc stays hidden.
 var HostEtc = []string{
 	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "matplotlibrc",
 	"ssl", "ca-certificates", "localtime", "mime.types", "python3", "python3.11", "python3.12",
 	"python3.13", "bash.bashrc", "inputrc", "gai.conf",
+	// R's configuration: /usr/lib/R/etc holds only links to it.
+	"R",
 }
 
 // HostRootLinks are the merged-/usr top-level entries: symlinks on a

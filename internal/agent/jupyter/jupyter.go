@@ -11,9 +11,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,10 +37,11 @@ type Spec struct {
 // KernelDirs are where kernelspecs are looked for, as Jupyter does.
 var KernelDirs = []string{"/usr/local/share/jupyter/kernels", "/usr/share/jupyter/kernels"}
 
-// FindSpec returns the kernelspec for a language ("python", "bash", …):
-// a kernel directory named like it, or any spec declaring it.
-func FindSpec(language string) (*Spec, error) {
-	var found *Spec
+// FindSpec returns the first installed kernelspec of names: a kernel
+// directory of that name, or else a spec declaring it as its language.
+func FindSpec(names ...string) (*Spec, error) {
+	specs := map[string]*Spec{}     // by directory
+	languages := map[string]*Spec{} // by declared language, first found
 	for _, dir := range KernelDirs {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
@@ -50,18 +53,26 @@ func FindSpec(language string) (*Spec, error) {
 			if json.Unmarshal(data, &s) != nil || len(s.Argv) == 0 {
 				continue
 			}
-			if strings.EqualFold(e.Name(), language) || strings.EqualFold(s.Language, language) ||
-				(language == "python" && e.Name() == "python3") {
-				if found == nil || strings.EqualFold(e.Name(), language) {
-					found = &s
-				}
+			name := strings.ToLower(e.Name())
+			if specs[name] == nil {
+				specs[name] = &s
+			}
+			if l := strings.ToLower(s.Language); languages[l] == nil {
+				languages[l] = &s
 			}
 		}
 	}
-	if found == nil {
-		return nil, fmt.Errorf("no Jupyter kernel for language %q is installed", language)
+	for _, n := range names {
+		if s := specs[strings.ToLower(n)]; s != nil {
+			return s, nil
+		}
 	}
-	return found, nil
+	for _, n := range names {
+		if s := languages[strings.ToLower(n)]; s != nil {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no Jupyter kernel for %s is installed", names[0])
 }
 
 // Message is one Jupyter message.
@@ -90,7 +101,9 @@ type Kernel struct {
 	cmd      *exec.Cmd
 	key      []byte
 	session  string
-	dir      string // holds the connection file
+	dir      string        // holds the connection file
+	ports    []int         // shell, iopub, stdin, control, heartbeat
+	late     time.Duration // Options.LateOutput
 
 	shell, control, iopub zmq4.Socket
 	iopubCh               chan *Message
@@ -106,72 +119,114 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Start launches a kernel for language in cwd with env, as cred (nil: as
-// this process), and waits until it answers (kernel_info_reply, and an
-// iopub message for it).
-func Start(ctx context.Context, language, cwd string, env []string, cred *syscall.Credential) (*Kernel, error) {
-	spec, err := FindSpec(language)
-	if err != nil {
-		return nil, err
-	}
+// Options are how a kernel starts beyond its kernelspec.
+type Options struct {
+	Cwd  string
+	Env  []string
+	Cred *syscall.Credential // nil: as this process
+	// Args are added to the kernelspec's argv, and Files written first
+	// into the kernel's own directory, which "{dir}" in Args names.
+	Args  []string
+	Files map[string][]byte
+	// LateOutput is how long an execution still takes output after the
+	// kernel said it was idle, for kernels that publish out of order
+	// (Deno's sends a cell's result after its idle status now and then).
+	LateOutput time.Duration
+}
+
+// Start launches the kernel of spec and waits until it answers
+// (kernel_info_reply, and an iopub message for it).
+func Start(ctx context.Context, spec *Spec, opts Options) (*Kernel, error) {
 	k := &Kernel{
-		Language: language, key: []byte(newID()), session: newID(),
+		Language: spec.Language, key: []byte(newID()), session: newID(), late: opts.LateOutput,
 		iopubCh: make(chan *Message, 256), shellCh: make(chan *Message, 16), done: make(chan struct{}),
 	}
+	var err error
 	if k.dir, err = os.MkdirTemp("", "airlock-kernel-"); err != nil {
 		return nil, err
 	}
-	// Unix sockets (Jupyter's "ipc" transport: ip-port paths) in the
-	// kernel's own directory, not loopback TCP ports: nothing to pick
-	// and lose to someone else between picking and binding.
-	conn := map[string]any{
-		"ip": filepath.Join(k.dir, "kernel"), "transport": "ipc", "signature_scheme": "hmac-sha256", "key": string(k.key),
-		"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
-		"kernel_name": language,
-	}
-	connFile := filepath.Join(k.dir, "kernel.json")
-	data, _ := json.Marshal(conn)
-	if err := os.WriteFile(connFile, data, 0o600); err != nil {
+	// Loopback TCP, as every kernel supports (Deno's has no "ipc"
+	// transport), in the sandbox's own network namespace: the ports are
+	// picked free here, and the rare one taken before the kernel binds it
+	// fails this start, which the caller retries.
+	ports, err := freePorts(5)
+	if err != nil {
 		k.cleanup()
 		return nil, err
 	}
-	// The kernel reads its connection file and makes its sockets in its
-	// directory: both are its own.
-	if cred != nil {
-		for _, p := range []string{k.dir, connFile} {
-			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+	k.ports = ports
+	conn := map[string]any{
+		"ip": "127.0.0.1", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": string(k.key),
+		"shell_port": ports[0], "iopub_port": ports[1], "stdin_port": ports[2], "control_port": ports[3], "hb_port": ports[4],
+		"kernel_name": spec.Language,
+	}
+	connFile := filepath.Join(k.dir, "kernel.json")
+	data, _ := json.Marshal(conn)
+	files := map[string][]byte{"kernel.json": data}
+	for name, content := range opts.Files {
+		files[name] = content
+	}
+	for name, content := range files {
+		p := filepath.Join(k.dir, name)
+		if err := os.WriteFile(p, content, 0o600); err != nil {
+			k.cleanup()
+			return nil, err
+		}
+		if opts.Cred != nil {
+			if err := os.Chown(p, int(opts.Cred.Uid), int(opts.Cred.Gid)); err != nil {
 				k.cleanup()
 				return nil, err
 			}
 		}
 	}
-	argv := make([]string, len(spec.Argv))
-	for i, a := range spec.Argv {
-		argv[i] = strings.ReplaceAll(a, "{connection_file}", connFile)
+	// The kernel reads its files in its own directory.
+	if opts.Cred != nil {
+		if err := os.Chown(k.dir, int(opts.Cred.Uid), int(opts.Cred.Gid)); err != nil {
+			k.cleanup()
+			return nil, err
+		}
+	}
+	var argv []string
+	for _, a := range append(slices.Clone(spec.Argv), opts.Args...) {
+		argv = append(argv, strings.NewReplacer("{connection_file}", connFile, "{dir}", k.dir).Replace(a))
 	}
 	k.cmd = exec.Command(argv[0], argv[1:]...)
-	k.cmd.Dir = cwd
-	k.cmd.Env = env
+	k.cmd.Dir = opts.Cwd
+	k.cmd.Env = opts.Env
 	for key, v := range spec.Env {
 		k.cmd.Env = append(k.cmd.Env, key+"="+v)
 	}
 	// Its own process group: an interrupt (SIGINT) reaches the kernel and
 	// what it runs, nothing else.
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: opts.Cred}
 	if err := tasks.Start(k.cmd); err != nil {
 		k.cleanup()
 		return nil, fmt.Errorf("start kernel: %w", err)
 	}
 	go func() { k.cmd.Wait(); close(k.done) }()
-	if err := k.connect(ctx, filepath.Join(k.dir, "kernel")); err != nil {
+	if err := k.connect(ctx); err != nil {
 		k.Kill()
 		return nil, err
 	}
 	return k, nil
 }
 
-func (k *Kernel) connect(ctx context.Context, ipcPrefix string) error {
-	ep := func(port int) string { return fmt.Sprintf("ipc://%s-%d", ipcPrefix, port) }
+// freePorts returns n loopback TCP ports free now.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("kernel ports: %w", err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (k *Kernel) connect(ctx context.Context) error {
+	ep := func(i int) string { return fmt.Sprintf("tcp://127.0.0.1:%d", k.ports[i-1]) }
 	opts := []zmq4.Option{zmq4.WithDialerRetry(10 * time.Millisecond), zmq4.WithDialerMaxRetries(1000)}
 	k.iopub = zmq4.NewSub(context.Background(), opts...)
 	// Subscribe before dialing, or the first messages are lost.
@@ -386,6 +441,22 @@ func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit fun
 			return ErrKernelDied
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+	if k.late > 0 {
+		late := time.After(k.late)
+		for {
+			select {
+			case m := <-k.iopubCh:
+				switch m.Header.MsgType {
+				case "stream", "execute_result", "display_data", "error":
+					if m.Parent.MsgID == id {
+						emit(Output{Type: m.Header.MsgType, Content: m.Content})
+					}
+				}
+			case <-late:
+				return nil
+			}
 		}
 	}
 	return nil
