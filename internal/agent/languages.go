@@ -52,8 +52,9 @@ var languages = map[string]*language{
 }
 
 // denoLate: Deno's kernel publishes a cell's result after its idle status
-// now and then (4 cells in 30 here), always within a few milliseconds.
-const denoLate = 25 * time.Millisecond
+// now and then (19 cells in 200 here, by 0.25 to 0.4 ms): it is waited for
+// that long, with room for a loaded host.
+const denoLate = 10 * time.Millisecond
 
 // languageAliases are the other names E2B's SDKs accept.
 var languageAliases = map[string]string{"js": "javascript", "ts": "typescript", "python3": "python"}

@@ -38,9 +38,37 @@ for (let i = 0; i < 15; i++) {
   }))
   await s.kill()
 }
+
+// Per language: a warm round trip of its 1 + 1, and a pooled sandbox's
+// first cell in it (only Python's kernel is started in the pool).
+const one = { python: '1+1', js: '1+1', ts: 'const n: number = 1; n + 1', r: '1+1', bash: 'echo $((1+1))' }
+const perLanguage = {}
+for (const [language, code] of Object.entries(one)) {
+  const firsts = []
+  for (let i = 0; i < 5; i++) {
+    await poolReady(server, 'code-interpreter-v1', 1)
+    await sleep(1500)
+    let s
+    firsts.push(await time(async () => {
+      s = await Sandbox.create()
+      const r = await s.runCode(code, { language })
+      if (r.error) throw new Error(`${language}: ${r.error.value}`)
+    }))
+    if (i < 4) await s.kill()
+    else {
+      const warm = []
+      for (let j = 0; j < 50; j++) warm.push(await time(() => s.runCode(code, { language })))
+      perLanguage[language] = { firsts, warm }
+      await s.kill()
+    }
+  }
+}
 await server.stop()
 
 console.log('code interpreter through @e2b/code-interpreter 2.8.0')
+for (const [language, { firsts, warm }] of Object.entries(perLanguage)) {
+  console.log(`  ${language.padEnd(7)} runCode(1+1) warm p50 ${pct(warm, 50).toFixed(1)} ms (${(pct(warm, 50) / pct(raw, 50)).toFixed(2)}x raw ipykernel); create + first cell p50 ${pct(firsts, 50).toFixed(0)} ms`)
+}
 console.log(`  baseline: HTTP GET /health                  ${fmt(floor)}`)
 console.log(`  baseline: raw ipykernel, jupyter_client     ${fmt(raw)}`)
 console.log(`  runCode('1+1') in a warm context            ${fmt(cells)}   ${(pct(cells, 50) / pct(raw, 50)).toFixed(2)}x raw ipykernel`)
