@@ -203,7 +203,7 @@ func capText(s string) string {
 
 type runCodeIn struct {
 	Code      string `json:"code" jsonschema:"the code to run"`
-	Language  string `json:"language,omitempty" jsonschema:"the kernel's language; default python"`
+	Language  string `json:"language,omitempty" jsonschema:"the kernel's language: python (the default), javascript (js), typescript (ts), r or bash"`
 	ContextID string `json:"context_id,omitempty" jsonschema:"an interpreter context id, to keep separate state"`
 	// TimeoutSeconds bounds the cell; the kernel is interrupted at the
 	// end and keeps its state, as with E2B's runCode timeout.
