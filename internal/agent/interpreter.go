@@ -177,6 +177,10 @@ func (in *interpreter) Prestart(language string) error {
 // kernels started from now on find them in the agent's environment, but
 // one started before them (a pool's prestarted kernel) must be told.
 func (in *interpreter) exportEnv(ctx context.Context, vars map[string]string) {
+	// A default kernel still starting (the pool's, claimed early) was
+	// given the environment of before: wait for it to be a context.
+	in.starting.Lock()
+	defer in.starting.Unlock()
 	in.mu.Lock()
 	list := slices.Collect(maps.Values(in.contexts))
 	in.mu.Unlock()
