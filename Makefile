@@ -20,20 +20,30 @@ export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 
 # Debian packages the default sandbox template is expected to provide
 # (Python with numpy, pandas, matplotlib, seaborn, Pillow and its Jupyter
-# kernel; R's), the C toolchain of go test -race (cgo), and bubblewrap,
-# the baseline of make bench-run.
-APT_PACKAGES := python3 bubblewrap python3-numpy python3-pandas python3-matplotlib python3-seaborn python3-pil python3-ipykernel r-cran-irkernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
+# kernel; R's), the C toolchain of go test -race (cgo), bubblewrap, the
+# baseline of make bench-run, and Chromium, which the console's tests
+# drive.
+APT_PACKAGES := python3 bubblewrap chromium python3-numpy python3-pandas python3-matplotlib python3-seaborn python3-pil python3-ipykernel r-cran-irkernel gcc libc6-dev iproute2 nftables busybox-static debootstrap
 
 # Packages whose tests need no root (the fake backend stands in for real
 # sandboxes): run under the race detector as the user nobody.
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
 	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/ ./internal/ocilayer/ ./internal/build/
 
-.PHONY: all build deps kernels runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause fuzz clean
+.PHONY: all build console deps kernels runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause fuzz clean
 
 all: build
 
-build:
+# The web console (console/: Vite, TypeScript, Preact, the E2B SDKs),
+# built into the package that embeds it.
+CONSOLE_DIST := internal/console/dist
+
+console:
+	cd console && npm ci --no-audit --no-fund >/dev/null
+	rm -rf $(CONSOLE_DIST)/assets $(CONSOLE_DIST)/index.html
+	cd console && npm run --silent build >/dev/null
+
+build: console
 	$(GO) build -trimpath -o $(SANDBOX_BIN) ./cmd/airlock-sandbox
 	sha256sum $(SANDBOX_BIN) | cut -d' ' -f1 > $(SANDBOX_BIN).sha256
 	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
@@ -143,4 +153,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(SANDBOX_BIN) $(SANDBOX_BIN).sha256
+	rm -rf bin $(SANDBOX_BIN) $(SANDBOX_BIN).sha256 $(CONSOLE_DIST)/assets $(CONSOLE_DIST)/index.html

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/config"
+	"github.com/airlock-sandbox/airlock/internal/console"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
@@ -148,6 +149,10 @@ func serveCmd(args []string) error {
 		cfg.Domain = "localhost:" + port
 	}
 	api := httpapi.New(m, key, cfg.Domain, log)
+	// The web console: a page that asks for the API key and calls the API.
+	ui := console.Handler()
+	api.HandlePublic("GET /{$}", ui)
+	api.HandlePublic("GET /assets/", ui)
 	// Builds run on the server's backend; with the internet only where
 	// the host gives sandboxes networks.
 	if network == nil || network.unavailable != nil {

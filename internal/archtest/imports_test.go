@@ -27,7 +27,7 @@ var allowed = map[string][]string{
 	"cmd/airlock-sandbox": {"internal/agent", "internal/agentproto", "internal/backend/namespaces/nsinit"},
 	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
-		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
+		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console"},
 	"tests/netlab":  {"internal/nettest"},
 	"tests/mkimage": {"internal/image/imagetest"},
 
@@ -42,6 +42,7 @@ var allowed = map[string][]string{
 	// The namespaces sandbox's init, inside it: the sandbox binary's.
 	"internal/backend/namespaces/nsinit": {"internal/layout", "internal/policy"},
 	// The sandbox binary, embedded, and where it is installed: a leaf.
+	"internal/console":             {},
 	"internal/sandboxbin":          {},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},

@@ -139,6 +139,14 @@ func (s *Server) routes() {
 	api("POST /sandboxes/{id}/pause", s.pause)
 	api("PUT /sandboxes/{id}/network", s.updateNetwork)
 	api("GET /templates/{a}/{b}", s.templateGet)
+	// Airlock's own: the pools, for the console.
+	api("GET /airlock/pools", func(w http.ResponseWriter, r *http.Request) {
+		pools, budget := s.m.Pools(r.Context())
+		if pools == nil {
+			pools = []sandbox.PoolStatus{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"pools": pools, "memoryBudgetBytes": budget})
+	})
 	s.handleSnapshots()
 }
 
@@ -195,6 +203,10 @@ func (s *Server) auth(h http.HandlerFunc) http.Handler {
 		h(w, r)
 	})
 }
+
+// HandlePublic serves h at pattern to anyone who reaches the listener:
+// pages whose every action calls the API with the key (the console).
+func (s *Server) HandlePublic(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // HandleAuthenticated serves h at pattern to clients with the API key.
 func (s *Server) HandleAuthenticated(pattern string, h http.Handler) {
@@ -419,6 +431,8 @@ type listItem struct {
 	Network             *networkInfo      `json:"network,omitempty"`
 	Lifecycle           *lifecycle        `json:"lifecycle,omitempty"`
 	Domain              *string           `json:"domain,omitempty"`
+	// Backend is Airlock's own: which isolation the sandbox has.
+	Backend string `json:"backend,omitempty"`
 }
 
 // lifecycle is E2B's SandboxLifecycle: what the timeout does, and whether
@@ -433,7 +447,7 @@ func item(sb *sandbox.Sandbox) listItem {
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: sb.CPUs,
 		MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: sb.Metadata,
-		State: state(sb), EnvdVersion: agentproto.EnvdVersion,
+		State: state(sb), EnvdVersion: agentproto.EnvdVersion, Backend: sb.BackendName(),
 	}
 }
 

@@ -578,6 +578,22 @@ func TestTooMany(t *testing.T) {
 	}
 }
 
+// The pools, for the console: behind the key, one row per template.
+func TestPools(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	code, _, _ := a.do("GET", "/airlock/pools", nil, nil)
+	if code != http.StatusUnauthorized {
+		t.Errorf("pools without the key: %d", code)
+	}
+	code, data := a.call("GET", "/airlock/pools", nil)
+	var body struct {
+		Pools []sandbox.PoolStatus `json:"pools"`
+	}
+	if code != http.StatusOK || json.Unmarshal(data, &body) != nil || len(body.Pools) != 1 || body.Pools[0].Template != "base" {
+		t.Errorf("pools: %d %s", code, data)
+	}
+}
+
 // A host out of room (tasks or memory) gets a 503 with a retry hint, and
 // the reason stays in the log.
 func TestHostFull(t *testing.T) {

@@ -293,6 +293,9 @@ func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	return min(max(d.Used, 0), s.DiskMB<<20)
 }
 
+// BackendName is the name of the backend the sandbox runs on.
+func (s *Sandbox) BackendName() string { return s.be.Name() }
+
 // Network is the sandbox's network policy now, and whether it has a
 // network at all.
 func (s *Sandbox) Network() (policy.Network, bool) {

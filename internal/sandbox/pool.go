@@ -6,7 +6,9 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -29,6 +31,8 @@ type pool struct {
 
 	mu    sync.Mutex
 	ready []Instance
+	// starting is the sandbox the filler is starting, if any.
+	starting atomic.Bool
 }
 
 // claim takes a ready sandbox, or returns nil when the pool is empty.
@@ -81,7 +85,9 @@ func (p *pool) fill() {
 			return // its template changed or is gone: its filler drains it
 		}
 		for p.wanted() && p.ctx.Err() == nil {
+			p.starting.Store(true)
 			inst, err := p.start()
+			p.starting.Store(false)
 			if err != nil {
 				p.m.log.Error("pool: start sandbox", "template", p.tmpl.Name, "err", err)
 				break // retry at the next tick, not in a tight loop
@@ -172,6 +178,43 @@ func (p *pool) drain() {
 	for _, inst := range ready {
 		inst.Wait()
 	}
+}
+
+// PoolStatus is a template's pool as an operator looks at it.
+type PoolStatus struct {
+	Template string `json:"template"`
+	Size     int    `json:"size"`     // how many it keeps
+	Ready    int    `json:"ready"`    // waiting to be claimed
+	Starting int    `json:"starting"` // being started now
+	// MemoryBytes is what its ready sandboxes use now (their cgroups).
+	MemoryBytes int64 `json:"memoryBytes"`
+}
+
+// Pools are the manager's pools, by template name, and the memory
+// budget they share (0: none).
+func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, int64) {
+	m.mu.Lock()
+	pools := slices.Collect(maps.Values(m.pools))
+	m.mu.Unlock()
+	var out []PoolStatus
+	for _, p := range pools {
+		st := PoolStatus{Template: p.tmpl.Name, Size: p.tmpl.PoolSize}
+		if p.starting.Load() {
+			st.Starting = 1
+		}
+		p.mu.Lock()
+		ready := slices.Clone(p.ready)
+		p.mu.Unlock()
+		st.Ready = len(ready)
+		for _, inst := range ready {
+			if u, err := inst.Usage(ctx); err == nil {
+				st.MemoryBytes += u.Memory
+			}
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b PoolStatus) int { return strings.Compare(a.Template, b.Template) })
+	return out, m.cfg.PoolMemoryBudget
 }
 
 // pooledMemory is what all pools' ready sandboxes use now, and the most
