@@ -609,7 +609,15 @@ func (be *Backend) Cleanup(context.Context) error {
 	entries, _ := os.ReadDir(filepath.Join(be.stateDir, "bundles"))
 	for _, e := range entries {
 		b := &bundle{id: e.Name(), dir: filepath.Join(be.stateDir, "bundles", e.Name()), stateDir: be.stateDir, cg: cgroups.Load(cgroups.Prefix + e.Name())}
+		// The bundle's lock, or the one it is made under before it gets
+		// its name (openBundle): held, its owner lives; free, it died,
+		// even while making the bundle. (Taken in the instant between
+		// another process's creating lock.new and locking it, that
+		// process's rename fails and its start with it: nothing leaks.)
 		f, err := os.OpenFile(filepath.Join(b.dir, "lock"), os.O_RDWR, 0)
+		if err != nil {
+			f, err = os.OpenFile(filepath.Join(b.dir, "lock.new"), os.O_RDWR, 0)
+		}
 		if err == nil {
 			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 				f.Close()
@@ -617,7 +625,7 @@ func (be *Backend) Cleanup(context.Context) error {
 			}
 			b.lock = f
 		} else if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
-			continue // being created
+			continue // being created: no lock file yet
 		}
 		if _, err := os.Stat(filepath.Join(b.dir, savedMarker)); err == nil {
 			b.lock.Close()

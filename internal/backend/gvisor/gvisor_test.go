@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/backendtest"
@@ -84,5 +86,40 @@ func TestFindRunscRefusesDynamicBinaries(t *testing.T) {
 	}
 	if _, err := FindRunsc("/nonexistent/runsc"); err == nil {
 		t.Error("FindRunsc of a missing file succeeded")
+	}
+}
+
+// A bundle whose maker died while making it (its lock still under its
+// first name) is removed by the next Cleanup at once; one whose lock is
+// held is not.
+func TestCleanupRemovesHalfMadeBundles(t *testing.T) {
+	b := testBackend(t)
+	b.stateDir = t.TempDir()
+	dead := filepath.Join(b.stateDir, "bundles", "0123456789abcdef")
+	live := filepath.Join(b.stateDir, "bundles", "fedcba9876543210")
+	for _, d := range []string{dead, live} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "lock.new"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := os.OpenFile(filepath.Join(live, "lock.new"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Cleanup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead maker's bundle is still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the live maker's bundle was removed: %v", err)
 	}
 }
