@@ -1,21 +1,13 @@
 // The pools: per template, the sandboxes ready, the size kept, those
 // starting, and the memory of the ready ones against the budget.
-import { useEffect, useState } from 'preact/hooks'
+import { useState } from 'preact/hooks'
 import { bytes, listPools, type Pool } from './api'
+import { usePoll } from './poll'
 
 export function Pools() {
   const [data, setData] = useState<{ pools: Pool[]; memoryBudgetBytes: number } | null>(null)
   const [error, setError] = useState('')
-  useEffect(() => {
-    let stop = false
-    const load = () => listPools().then((d) => !stop && setData(d)).catch((e) => setError(String(e)))
-    load()
-    const t = setInterval(load, 2000)
-    return () => {
-      stop = true
-      clearInterval(t)
-    }
-  }, [])
+  usePoll((wanted) => listPools().then((d) => wanted() && setData(d)).catch((e) => setError(String(e))), 2000, [])
   if (!data) return <p>{error || 'Loading…'}</p>
   const used = data.pools.reduce((n, p) => n + p.memoryBytes, 0)
   return (

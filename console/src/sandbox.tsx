@@ -3,6 +3,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import type { Sandbox } from 'e2b'
 import { api, bytes, connect, metricsOf, type Listed, type Metric } from './api'
+import { usePoll } from './poll'
 
 // Spark draws values (oldest first) as a line in an SVG of its own; the
 // console never puts markup it did not make into the page.
@@ -25,16 +26,7 @@ function Spark({ values, max, label, text }: { values: number[]; max: number; la
 
 function Metrics({ id }: { id: string }) {
   const [ms, setMs] = useState<Metric[]>([])
-  useEffect(() => {
-    let stop = false
-    const load = () => metricsOf(id, new Date(Date.now() - 15 * 60_000)).then((m) => !stop && setMs(m)).catch(() => {})
-    load()
-    const t = setInterval(load, 5000)
-    return () => {
-      stop = true
-      clearInterval(t)
-    }
-  }, [id])
+  usePoll((wanted) => metricsOf(id, new Date(Date.now() - 15 * 60_000)).then((m) => wanted() && setMs(m)), 5000, [id])
   const last = ms[ms.length - 1]
   if (!last) return <p>No metrics yet.</p>
   return (
@@ -48,16 +40,7 @@ function Metrics({ id }: { id: string }) {
 
 function Processes({ sbx }: { sbx: Sandbox }) {
   const [procs, setProcs] = useState<{ pid: number; cmd: string; args: string[] }[]>([])
-  useEffect(() => {
-    let stop = false
-    const load = () => sbx.commands.list().then((p) => !stop && setProcs(p)).catch(() => {})
-    load()
-    const t = setInterval(load, 3000)
-    return () => {
-      stop = true
-      clearInterval(t)
-    }
-  }, [sbx])
+  usePoll((wanted) => sbx.commands.list().then((p) => wanted() && setProcs(p)), 3000, [sbx])
   return (
     <table class="procs">
       <thead><tr><th>pid</th><th>command</th></tr></thead>

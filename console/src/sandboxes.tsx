@@ -1,7 +1,8 @@
 // The live table of sandboxes: their state, age, time left and use, with
 // filters and the actions an operator takes.
-import { useEffect, useState } from 'preact/hooks'
+import { useState } from 'preact/hooks'
 import { actions, AuthError, bytes, duration, listSandboxes, metricsOf, type Listed, type Metric } from './api'
+import { usePoll } from './poll'
 
 const every = 2000 // ms between refreshes
 
@@ -13,35 +14,26 @@ export function Sandboxes({ onAuthError }: { onAuthError: () => void }) {
   const [filter, setFilter] = useState({ state: '', template: '', metadata: '' })
   const [tick, setTick] = useState(0)
 
-  useEffect(() => {
-    let stop = false
-    const load = async () => {
-      try {
-        const list = await listSandboxes()
-        if (stop) return
-        setRows(list)
-        setError('')
-        const ms = await Promise.all(list.filter((s) => s.state === 'running').map(async (s) => {
-          try {
-            const m = await metricsOf(s.sandboxID)
-            return [s.sandboxID, m[m.length - 1]] as const
-          } catch {
-            return [s.sandboxID, undefined] as const
-          }
-        }))
-        if (!stop) setUse(Object.fromEntries(ms.filter((e): e is readonly [string, Metric] => e[1] !== undefined)))
-      } catch (err) {
-        if (err instanceof AuthError) onAuthError()
-        else if (!stop) setError(String(err))
-      }
+  usePoll(async (wanted) => {
+    try {
+      const list = await listSandboxes()
+      if (!wanted()) return
+      setRows(list)
+      setError('')
+      const ms = await Promise.all(list.filter((s) => s.state === 'running').map(async (s) => {
+        try {
+          const m = await metricsOf(s.sandboxID)
+          return [s.sandboxID, m[m.length - 1]] as const
+        } catch {
+          return [s.sandboxID, undefined] as const
+        }
+      }))
+      if (wanted()) setUse(Object.fromEntries(ms.filter((e): e is readonly [string, Metric] => e[1] !== undefined)))
+    } catch (err) {
+      if (err instanceof AuthError) onAuthError()
+      else if (wanted()) setError(String(err))
     }
-    load()
-    const t = setInterval(load, every)
-    return () => {
-      stop = true
-      clearInterval(t)
-    }
-  }, [tick])
+  }, every, [tick])
 
   const act = async (what: string, f: () => Promise<unknown>) => {
     setBusy(what)

@@ -298,6 +298,11 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if len(req.EnvVars) > 0 {
 		if err := c.kernel.ExecuteSilent(ctx, c.lang.setEnv(req.EnvVars)); err != nil {
+			if ce := (*jupyter.CodeError)(nil); errors.As(err, &ce) {
+				line(map[string]any{"type": "error", "name": "EnvError", "value": "the envs could not be set: " + ce.Error(), "traceback": ""})
+				line(map[string]any{"type": "end_of_execution"})
+				return
+			}
 			in.recover(c, err)
 			return
 		}

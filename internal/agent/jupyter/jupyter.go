@@ -390,10 +390,42 @@ func (k *Kernel) Execute(ctx context.Context, code string, emit func(Output)) er
 	return k.execute(ctx, code, false, emit)
 }
 
+// CodeError is code that ran and failed.
+type CodeError struct{ Name, Value string }
+
+func (e *CodeError) Error() string { return e.Name + ": " + e.Value }
+
 // ExecuteSilent runs code without output or history (setting up an
-// execution's environment, say).
+// execution's environment, say). A kernel still aborting what arrives
+// after an earlier cell's error (stop_on_error) answers "aborted": the
+// code is sent again, every 20 ms, until it runs or ctx ends. Code that
+// fails is an error.
 func (k *Kernel) ExecuteSilent(ctx context.Context, code string) error {
-	return k.execute(ctx, code, true, func(Output) {})
+	for {
+		var rep struct {
+			Status string `json:"status"`
+			Ename  string `json:"ename"`
+			Evalue string `json:"evalue"`
+		}
+		err := k.execute(ctx, code, true, func(o Output) {
+			if o.Type == "execute_reply" {
+				json.Unmarshal(o.Content, &rep)
+			}
+		})
+		switch {
+		case err != nil:
+			return err
+		case rep.Status == "error":
+			return &CodeError{Name: rep.Ename, Value: rep.Evalue}
+		case rep.Status != "aborted" && rep.Status != "abort":
+			return nil
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit func(Output)) error {
@@ -472,26 +504,5 @@ func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit fun
 func (k *Kernel) WaitIdle(d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	for {
-		aborted := false
-		err := k.execute(ctx, "", true, func(o Output) {
-			var rep struct {
-				Status string `json:"status"`
-			}
-			if o.Type == "execute_reply" && json.Unmarshal(o.Content, &rep) == nil {
-				aborted = rep.Status == "aborted" || rep.Status == "abort"
-			}
-		})
-		if err != nil {
-			return false
-		}
-		if !aborted {
-			return true
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return k.ExecuteSilent(ctx, "") == nil
 }
