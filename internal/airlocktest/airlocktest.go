@@ -51,9 +51,31 @@ func SandboxProcs() []int {
 	return pids
 }
 
-// Cgroups lists every cgroup directory on the host whose name contains
-// "airlock", at the depth the namespaces backend creates them.
+// Cgroups lists the cgroup directories on the host whose name contains
+// "airlock", at the depth the namespaces backend creates them, that were
+// not there when this test binary started. Those are another run's: a test
+// run that was killed leaves its sandboxes' empty cgroups, which only a
+// daemon started on that run's (temporary) state directory would reclaim,
+// and they are no leak of the tests that run now.
 func Cgroups() []string {
+	var found []string
+	for _, p := range airlockCgroups() {
+		if !preexisting[p] {
+			found = append(found, p)
+		}
+	}
+	return found
+}
+
+var preexisting = func() map[string]bool {
+	m := map[string]bool{}
+	for _, p := range airlockCgroups() {
+		m[p] = true
+	}
+	return m
+}()
+
+func airlockCgroups() []string {
 	var found []string
 	for _, pattern := range []string{"/sys/fs/cgroup/*/*airlock*", "/sys/fs/cgroup/*airlock*"} {
 		m, _ := filepath.Glob(pattern)
