@@ -30,7 +30,7 @@ APT_PACKAGES := python3 bubblewrap chromium python3-numpy python3-pandas python3
 UNPRIVILEGED := ./internal/sandbox/ ./internal/httpapi/ ./internal/agent/... ./internal/agentproto/ \
 	./internal/backend/fake/ ./internal/config/ ./internal/policy/ ./internal/cgroups/ ./internal/mcp/ ./internal/netpolicy/ ./internal/ocilayer/ ./internal/build/
 
-.PHONY: all build console deps kernels runsc test test-go test-unprivileged test-sdk run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause fuzz clean
+.PHONY: all build console deps kernels runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause bench-cluster fuzz clean
 
 all: build
 
@@ -74,7 +74,7 @@ deps:
 	fi
 	$(MAKE) --no-print-directory kernels
 
-test: test-go test-sdk
+test: test-go test-sdk test-cluster
 
 runsc: $(RUNSC)
 
@@ -101,13 +101,40 @@ test-sdk: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && export AIRLOCK_DEBIAN_ROOT=$(DEBIAN_ROOT) && \
 		../../$(NETLAB) npm test && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) npm test
 
+# A real Kubernetes control plane for the cluster tests (no kubelet): etcd
+# and kube-apiserver built from the Go module proxy at the versions that
+# tests/controlplane/*/go.mod pin, each in a module of its own so that
+# Kubernetes stays out of Airlock's go.mod. Built once per version (the API
+# server takes ~12 min on 2 cores) and kept outside the clone, where a
+# fresh clone finds them.
+CONTROLPLANE ?= /var/cache/airlock/controlplane-k8s-v1.37.2-etcd-v3.6.16
+export AIRLOCK_CONTROLPLANE := $(CONTROLPLANE)
+
+controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver
+
+$(CONTROLPLANE)/etcd:
+	mkdir -p $(CONTROLPLANE)
+	cd tests/controlplane/etcd && $(GO) build -trimpath -o $@.new go.etcd.io/etcd/server/v3
+	mv $@.new $@
+
+$(CONTROLPLANE)/kube-apiserver:
+	mkdir -p $(CONTROLPLANE)
+	cd tests/controlplane/kube-apiserver && $(GO) build -trimpath -o $@.new k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.new $@
+
+# Three node daemons and a router against that API server, through the
+# real E2B SDK (tests/e2b/cluster.k8s.mjs), on the bridge and network
+# namespaces the test makes.
+test-cluster: deps build controlplane
+	cd tests/e2b && npm ci --no-audit --no-fund && node --test --test-timeout=600000 cluster.k8s.mjs
+
 run: deps build
 	$(BIN) run -- /usr/bin/python3 -c 'import platform; print("hello from", platform.node())'
 
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability bench-density
+bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability bench-density bench-cluster
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -136,6 +163,12 @@ bench-reliability: deps build runsc
 # burst of 100 creates; on each backend.
 bench-density: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench-density.mjs && AIRLOCK_TEST_BACKEND=gvisor node bench-density.mjs
+
+# Three nodes and a router against a real API server: create latency
+# through the router against straight to a node, and creates per second
+# across the nodes.
+bench-cluster: deps build controlplane
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench-cluster.mjs
 
 # Pause and resume on gVisor: saved to disk against frozen in memory.
 bench-pause: deps build runsc

@@ -12,6 +12,7 @@ const usage = `usage: airlock <command> [flags]
 commands:
   run     run a command or a code snippet in a fresh sandbox
   serve   serve the E2B-compatible API (sandboxes, gateway, warm pools) and MCP at /mcp
+  router  the entry point of a cluster of airlock serve nodes on Kubernetes
   mcp     serve MCP over stdio, for agents that start their tools
   template  pull, import, list and remove templates (OCI images)
   bench   compare airlock run against bare python3
@@ -47,6 +48,8 @@ func run(args []string) error {
 		return benchCmd(args[1:])
 	case "serve":
 		return serveCmd(args[1:])
+	case "router":
+		return routerCmd(args[1:])
 	case "mcp":
 		return mcpCmd(args[1:])
 	case "template":

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/cluster"
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/console"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
@@ -51,6 +52,8 @@ func serveCmd(args []string) error {
 	backendName := fs.String("backend", "", "isolation: namespaces (default) or gvisor")
 	runscPath := fs.String("runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
 	domain := fs.String("domain", "", "sandboxes' servers answer at {port}-{sandboxID}.DOMAIN (default localhost:PORT)")
+	var node nodeFlags
+	node.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -91,6 +94,12 @@ func serveCmd(args []string) error {
 	mcfg, err := config.Manager(&cfg, *poolSize, backends.get)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	if err := node.check(); err != nil {
+		return err
+	}
+	if node.name != "" {
+		mcfg.IDPrefix = cluster.IDPrefix(node.name)
 	}
 	if cfg.AllowRequestBackend {
 		for _, name := range []string{"namespaces", "gvisor"} {
@@ -187,11 +196,22 @@ func serveCmd(args []string) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	// In a cluster the node registers once it answers, and deregisters
+	// before it stops answering: routers never send it what it drops.
+	leave := func() {}
+	if node.name != "" {
+		if leave, err = node.join(ctx, ln.Addr(), m, backends, mcfg.MaxSandboxes, log); err != nil {
+			srv.Close()
+			m.Shutdown()
+			return err
+		}
+	}
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 		log.Info("shutting down")
 	}
+	leave()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)

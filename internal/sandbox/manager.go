@@ -86,6 +86,10 @@ type Config struct {
 	TokenKey   []byte
 	DefaultTTL time.Duration
 	MaxTTL     time.Duration
+	// IDPrefix begins every sandbox id after its "i": in a cluster, the
+	// node's (cluster.IDPrefix), which routers find the node by. Up to
+	// 8 lower-case hex digits.
+	IDPrefix string
 	// MaxSandboxes bounds running sandboxes (claimed ones; 0: no bound).
 	MaxSandboxes int
 	// Backends are the backends a create request may name, when
@@ -318,7 +322,9 @@ type Manager struct {
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	pools     map[string]*pool
-	warm      map[string]*warmSnap  // by template name
+	// poolSizes overrides templates' configured pool sizes (SetPoolSize).
+	poolSizes map[string]int
+	warm      map[string]*warmSnap // by template name
 	private   map[*Private]struct{} // boxes of the daemon's own (builds)
 	closed    bool
 	starting  int            // creates past the limit check, not yet registered
@@ -336,7 +342,7 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
-		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, warm: map[string]*warmSnap{}, private: map[*Private]struct{}{},
+		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, poolSizes: map[string]int{}, warm: map[string]*warmSnap{}, private: map[*Private]struct{}{},
 		ctx: ctx, cancel: cancel,
 	}
 	if len(m.cfg.TokenKey) == 0 {
@@ -462,7 +468,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 			return nil, err
 		}
 		tmpl = &t
-		p = m.sourcePool(&t)
+		p = m.sourcePool(tmpl)
 	} else {
 		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, req.TemplateID)
 	}
@@ -530,7 +536,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		}
 		be = b
 	}
-	id := newSandboxID()
+	id := newSandboxID(m.cfg.IDPrefix)
 	var inst Instance
 	var netAtt NetAttachment
 	pooled := false
@@ -1075,9 +1081,10 @@ func the(inst Instance) func() Instance { return func() Instance { return inst }
 // PortTransport reaches the servers that processes in the sandbox run.
 func (s *Sandbox) PortTransport() http.RoundTripper { return s.ports }
 
-// newSandboxID is E2B-like: a letter and 19 lower-case hex digits.
-func newSandboxID() string {
+// newSandboxID is E2B-like: a letter and 19 lower-case hex digits, the
+// first of them prefix.
+func newSandboxID(prefix string) string {
 	var b [10]byte
 	rand.Read(b[:])
-	return "i" + hex.EncodeToString(b[:])[:19]
+	return "i" + prefix + hex.EncodeToString(b[:])[:19-len(prefix)]
 }

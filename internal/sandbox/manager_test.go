@@ -123,6 +123,29 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 	}
 }
 
+func TestSetPoolSize(t *testing.T) {
+	m, b := newManager(t, Config{}, 1)
+	eventually(t, "the configured pool is full", func() bool { return pooled(m) == 1 })
+	sizeOf := func() int {
+		pools, _ := m.Pools(t.Context())
+		return pools[0].Size
+	}
+	m.SetPoolSize("base", 3)
+	eventually(t, "the pool grows to 3", func() bool { return pooled(m) == 3 })
+	if got := sizeOf(); got != 3 {
+		t.Errorf("Pools says size %d, want 3", got)
+	}
+	m.SetPoolSize("base", 0)
+	eventually(t, "the pool empties", func() bool { return pooled(m) == 0 && b.Live() == 0 })
+	m.SetPoolSize("base", -1)
+	eventually(t, "the pool is back at its configured size", func() bool { return pooled(m) == 1 })
+	if got := sizeOf(); got != 1 {
+		t.Errorf("Pools says size %d, want the configured 1", got)
+	}
+	// A template this host does not have: nothing happens, nothing fails.
+	m.SetPoolSize("nowhere", 2)
+}
+
 func TestPoolMemoryBudget(t *testing.T) {
 	// Each sandbox uses 40M: a 100M budget holds two of them, not the
 	// three that the 16M guess for an unmeasured one would let in.

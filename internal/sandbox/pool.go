@@ -72,7 +72,7 @@ func (p *pool) fill() {
 		// Replaced, or shut down: what it holds is of no use now.
 		defer p.drain()
 	}
-	if p.tmpl.PoolSize > 0 {
+	if p.size() > 0 {
 		// A template with a pool has its warm snapshot (if it wants one)
 		// even while the memory budget keeps the pool empty: its cold
 		// creates are clones.
@@ -84,6 +84,7 @@ func (p *pool) fill() {
 		if p.dynamic && !p.current() {
 			return // its template changed or is gone: its filler drains it
 		}
+		p.trim()
 		for p.wanted() && p.ctx.Err() == nil {
 			p.starting.Store(true)
 			inst, err := p.start()
@@ -137,7 +138,7 @@ func (p *pool) wanted() bool {
 	p.mu.Lock()
 	n := len(p.ready)
 	p.mu.Unlock()
-	if n >= p.tmpl.PoolSize || p.m.hostRoom() != nil {
+	if n >= p.size() || p.m.hostRoom() != nil {
 		return false
 	}
 	budget := p.m.cfg.PoolMemoryBudget
@@ -146,6 +147,57 @@ func (p *pool) wanted() bool {
 	}
 	total, largest := p.m.pooledMemory(p)
 	return total+max(largest, idleEstimate) <= budget
+}
+
+// size is how many ready sandboxes the pool keeps: its template's
+// PoolSize, unless SetPoolSize said otherwise.
+func (p *pool) size() int {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	if n, ok := p.m.poolSizes[p.tmpl.Name]; ok {
+		return n
+	}
+	return p.tmpl.PoolSize
+}
+
+// trim kills the ready sandboxes beyond the pool's size, newest first.
+func (p *pool) trim() {
+	n := p.size()
+	p.mu.Lock()
+	var surplus []Instance
+	if len(p.ready) > n {
+		surplus = slices.Clone(p.ready[n:])
+		p.ready = p.ready[:n]
+	}
+	p.mu.Unlock()
+	for _, inst := range surplus {
+		p.m.discard(inst)
+	}
+}
+
+// SetPoolSize makes the pool of template name keep size ready sandboxes
+// from now on, whatever its configuration says; a negative size goes
+// back to the configuration. A template that this host does not have
+// (yet) gets the size when it is first created from.
+func (m *Manager) SetPoolSize(name string, size int) {
+	m.mu.Lock()
+	if size < 0 {
+		delete(m.poolSizes, name)
+	} else {
+		m.poolSizes[name] = size
+	}
+	p := m.pools[name]
+	m.mu.Unlock()
+	if p != nil {
+		p.kick()
+		return
+	}
+	// An image-store template gets its pool now, not at its first create.
+	if m.cfg.Source != nil && size > 0 {
+		if t, err := m.cfg.Source.Template(name); err == nil {
+			m.sourcePool(&t)
+		}
+	}
 }
 
 // prune drops ready sandboxes that died while waiting.
@@ -198,7 +250,7 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, int64) {
 	m.mu.Unlock()
 	var out []PoolStatus
 	for _, p := range pools {
-		st := PoolStatus{Template: p.tmpl.Name, Size: p.tmpl.PoolSize}
+		st := PoolStatus{Template: p.tmpl.Name, Size: p.size()}
 		if p.starting.Load() {
 			st.Starting = 1
 		}
@@ -295,12 +347,12 @@ func (m *Manager) newPool(t Template, dynamic bool) *pool {
 // sourcePool is the pool of the Source's template t, made now if t
 // wants one and replacing one of an older version; nil if t has none.
 func (m *Manager) sourcePool(t *Template) *pool {
-	if t.PoolSize <= 0 {
-		return nil
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if n, ok := m.poolSizes[t.Name]; ok {
+		t.PoolSize = n
+	}
+	if t.PoolSize <= 0 || m.closed {
 		return nil
 	}
 	old := m.pools[t.Name]

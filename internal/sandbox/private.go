@@ -32,7 +32,7 @@ func (m *Manager) StartPrivate(ctx context.Context, b Backend, p policy.Policy) 
 	var inst Instance
 	var err error
 	if p.Network.Mode != policy.NetNone {
-		inst, _, err = m.startNetworked(ctx, b, "build-"+newSandboxID(), p)
+		inst, _, err = m.startNetworked(ctx, b, "build-"+newSandboxID(""), p)
 	} else {
 		inst, err = b.Start(ctx, p, nil)
 	}

@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+)
+
+// nodeSet is a router's view of the nodes: AirlockNodes and Leases as
+// informers keep them (one watch each, no polling), and what the router
+// itself saw of each node since.
+type nodeSet struct {
+	nodes, leases cache.SharedIndexInformer
+
+	mu sync.Mutex
+	// failedAt: when a connection to the node last failed. A node is
+	// dead from then until it renews its Lease again.
+	failedAt map[string]time.Time
+	// sent: creates sent to each node that its published status may not
+	// count yet (it publishes at most once a second).
+	sent map[string]int
+}
+
+// node is one live node as a router places and routes by it.
+type node struct {
+	Name      string         `json:"name"`
+	Address   string         `json:"address"`
+	Prefix    string         `json:"idPrefix"`
+	Capacity  int            `json:"capacity"`
+	Sandboxes int            `json:"sandboxes"`
+	Ready     map[string]int `json:"ready"` // ready pooled sandboxes by template
+}
+
+func newNodeSet(client dynamic.Interface, namespace string) *nodeSet {
+	return &nodeSet{
+		nodes:    newInformer(client.Resource(nodesResource).Namespace(namespace)),
+		leases:   newInformer(client.Resource(leasesResource).Namespace(namespace)),
+		failedAt: map[string]time.Time{}, sent: map[string]int{},
+	}
+}
+
+// start runs the informers until ctx ends, and waits until they have
+// listed what exists.
+func (s *nodeSet) start(ctx context.Context) error {
+	go s.nodes.Run(ctx.Done())
+	go s.leases.Run(ctx.Done())
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !cache.WaitForCacheSync(wait.Done(), s.nodes.HasSynced, s.leases.HasSynced) {
+		return fmt.Errorf("could not list AirlockNodes and Leases from the API server in 30 s (are Airlock's CRDs installed, and may this identity list them?)")
+	}
+	return nil
+}
+
+// live lists the nodes whose Lease runs and to which no connection
+// failed since they last renewed it.
+func (s *nodeSet) live() []node {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []node
+	for _, obj := range s.nodes.GetStore().List() {
+		u := obj.(*unstructured.Unstructured)
+		l, ok, _ := s.leases.GetStore().GetByKey(u.GetNamespace() + "/" + u.GetName())
+		if !ok {
+			continue
+		}
+		lease := l.(*unstructured.Unstructured)
+		if !leaseExpiry(lease).After(now) {
+			continue
+		}
+		renewed, _, _ := unstructured.NestedString(lease.Object, "spec", "renewTime")
+		if t, err := time.Parse(time.RFC3339Nano, renewed); err == nil && s.failedAt[u.GetName()].After(t) {
+			continue
+		}
+		n := node{Name: u.GetName(), Ready: map[string]int{}}
+		n.Address, _, _ = unstructured.NestedString(u.Object, "spec", "address")
+		n.Prefix, _, _ = unstructured.NestedString(u.Object, "spec", "idPrefix")
+		c, _, _ := unstructured.NestedInt64(u.Object, "spec", "capacity")
+		sb, _, _ := unstructured.NestedInt64(u.Object, "status", "sandboxes")
+		n.Capacity, n.Sandboxes = int(c), int(sb)+s.sent[n.Name]
+		pools, _, _ := unstructured.NestedSlice(u.Object, "status", "pools")
+		for _, p := range pools {
+			m, _ := p.(map[string]any)
+			t, _ := m["template"].(string)
+			r, _ := m["ready"].(int64)
+			n.Ready[t] = int(r)
+		}
+		if n.Address != "" && n.Prefix != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// byID is the live node that holds sandbox id.
+func (s *nodeSet) byID(id string) (node, bool) {
+	p := prefixOf(id)
+	if p == "" {
+		return node{}, false
+	}
+	for _, n := range s.live() {
+		if n.Prefix == p {
+			return n, true
+		}
+	}
+	return node{}, false
+}
+
+// failed records that a connection to node name failed: it holds no
+// sandboxes that anyone can reach until it renews its Lease.
+func (s *nodeSet) failed(name string) {
+	s.mu.Lock()
+	s.failedAt[name] = time.Now()
+	s.mu.Unlock()
+}
+
+// placed counts a create sent to node name for the next two seconds, by
+// when its published status includes it.
+func (s *nodeSet) placed(name string) {
+	s.mu.Lock()
+	s.sent[name]++
+	s.mu.Unlock()
+	time.AfterFunc(2*time.Second, func() {
+		s.mu.Lock()
+		if s.sent[name]--; s.sent[name] <= 0 {
+			delete(s.sent, name)
+		}
+		s.mu.Unlock()
+	})
+}

@@ -1,0 +1,203 @@
+// Airlock on many hosts: three node daemons and a router against a real
+// Kubernetes API server (cluster-harness.mjs), driven through the real E2B
+// SDKs. Run by make test-cluster (part of make test).
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox } from 'e2b'
+import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
+import { unavailable, startCluster, kustomizationFiles, objectsOf, api, ownerOf, namespace, sleep, stop } from './cluster-harness.mjs'
+
+const skip = unavailable()
+let c
+const created = [] // every sandbox the tests made, killed at the end
+
+before(async () => {
+  if (skip) return
+  c = await startCluster({ nodes: 3, poolSize: 1 })
+})
+
+after(async () => {
+  if (!c) return
+  for (const sb of created) await sb.kill().catch(() => {})
+  await c.close()
+})
+
+// Some output of every process, for a failing test.
+function logs() {
+  return [c.router, ...c.nodes.map((n) => n.proc)].map((p) => p.log.slice(-1500)).join('\n----\n')
+}
+
+test('the manifests pass server-side dry run against the API server', { skip }, async () => {
+  let n = 0
+  for (const f of kustomizationFiles()) {
+    for (const obj of objectsOf(f)) {
+      await c.kube.apply(obj, { dryRun: true })
+      n++
+    }
+  }
+  assert.ok(n >= 12, `only ${n} objects in the kustomization`)
+  // Validation of the CRDs holds: a pool of a negative size is refused.
+  await assert.rejects(c.kube.apply({
+    apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockPool',
+    metadata: { name: 'bad', namespace }, spec: { template: 'base', size: -1 },
+  }, { dryRun: true }), /size/)
+})
+
+test('nodes register through the API: each has a Lease and an AirlockNode', { skip }, async () => {
+  const r = await c.kube.call('GET', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocknodes`)
+  assert.equal(r.status, 200)
+  assert.deepEqual(r.json.items.map((x) => x.metadata.name).sort(), ['node-1', 'node-2', 'node-3'])
+  for (const item of r.json.items) {
+    assert.match(item.spec.idPrefix, /^[0-9a-f]{6}$/)
+    assert.equal(item.spec.address, c.nodes.find((n) => n.name === item.metadata.name).url)
+    const lease = await c.kube.call('GET', `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases/${item.metadata.name}`)
+    assert.equal(lease.status, 200)
+    assert.equal(lease.json.spec.holderIdentity, item.metadata.name)
+  }
+  // The router sees them all.
+  const seen = await api(c, c.url, '/airlock/nodes')
+  assert.equal(seen.json.length, 3, logs())
+})
+
+test('creates spread over the nodes; commands, files and code reach the right node; list sees all', { skip }, async () => {
+  const boxes = []
+  for (let i = 0; i < 6; i++) {
+    const sb = await Sandbox.create('base', { ...c.opts, metadata: { run: 'spread', i: String(i) } })
+    created.push(sb)
+    boxes.push(sb)
+  }
+  const byNode = {}
+  for (const sb of boxes) {
+    const owners = await ownerOf(c, sb.sandboxId)
+    assert.equal(owners.length, 1, `${sb.sandboxId} is on ${owners.length} nodes`)
+    byNode[owners[0]] = (byNode[owners[0]] ?? 0) + 1
+    // The sandbox's own traffic goes to its node: a file written through
+    // the router is read back by a command through the router.
+    await sb.files.write('/tmp/whoami', sb.sandboxId)
+    const r = await sb.commands.run('cat /tmp/whoami; echo; hostname')
+    assert.equal(r.stdout.split('\n')[0], sb.sandboxId)
+  }
+  assert.deepEqual(Object.keys(byNode).sort(), ['node-1', 'node-2', 'node-3'], `creates landed ${JSON.stringify(byNode)}`)
+
+  // Code, through the code interpreter's port on the sandbox's node.
+  const ci = await CodeSandbox.create({ ...c.opts })
+  created.push(ci)
+  const exec = await ci.runCode('x = 20\nx * 2 + 2')
+  assert.equal(exec.text, '42')
+  assert.equal((await ci.runCode('x + 1')).text, '21')
+
+  // list fans out: every sandbox, once, newest first; pages of two walk
+  // the whole cluster without repeats.
+  const want = [...boxes, ci].map((sb) => sb.sandboxId).sort()
+  const all = await Sandbox.list({ ...c.opts }).nextItems()
+  assert.deepEqual(all.map((x) => x.sandboxId).filter((id) => want.includes(id)).sort(), want)
+  const paged = []
+  const pager = Sandbox.list({ ...c.opts, limit: 2 })
+  while (pager.hasNext) paged.push(...(await pager.nextItems()).map((x) => x.sandboxId))
+  assert.equal(new Set(paged).size, paged.length, 'a page repeated a sandbox')
+  assert.deepEqual(paged.filter((id) => want.includes(id)).sort(), want)
+  const filtered = await Sandbox.list({ ...c.opts, query: { metadata: { run: 'spread', i: '3' } } }).nextItems()
+  assert.deepEqual(filtered.map((x) => x.sandboxId), [boxes[3].sandboxId])
+
+  // Port traffic by host name comes back to the router (its domain).
+  const host = boxes[0].getHost(8080)
+  assert.ok(host.endsWith(c.opts.domain), host)
+})
+
+test('a pool size set with an AirlockPool takes effect on every node, and goes back when removed', { skip }, async () => {
+  const pool = {
+    apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockPool',
+    metadata: { name: 'base-pool', namespace }, spec: { template: 'base', size: 3 },
+  }
+  const sizes = async () => Promise.all(c.nodes.map(async (n) => {
+    const r = await api(c, n.url, '/airlock/pools')
+    const p = r.json.pools.find((x) => x.template === 'base')
+    return p && { size: p.size, ready: p.ready }
+  }))
+  const waitFor = async (pred, what) => {
+    for (let i = 0; ; i++) {
+      const s = await sizes()
+      if (s.every(pred)) return s
+      if (i > 240) assert.fail(`${what}: pools ${JSON.stringify(s)}\n${logs()}`)
+      await sleep(250)
+    }
+  }
+  await c.kube.apply(pool)
+  await waitFor((p) => p?.size === 3 && p.ready === 3, 'size 3 on every node')
+  // Through the router too: its pools list names each node.
+  const r = await api(c, c.url, '/airlock/pools')
+  assert.deepEqual(r.json.pools.filter((p) => p.template === 'base').map((p) => p.node).sort(), ['node-1', 'node-2', 'node-3'])
+
+  const del = await c.kube.call('DELETE', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlockpools/base-pool`)
+  assert.equal(del.status, 200)
+  await waitFor((p) => p?.size === 1 && p.ready === 1, 'back to the configured size 1')
+})
+
+test('a node that dies takes its sandboxes with it: 404 within seconds, the others keep working', { skip }, async () => {
+  const boxes = []
+  for (let i = 0; i < 6; i++) {
+    const sb = await Sandbox.create('base', { ...c.opts })
+    created.push(sb)
+    boxes.push({ sb, node: (await ownerOf(c, sb.sandboxId))[0] })
+  }
+  const victim = c.nodes.find((n) => boxes.some((b) => b.node === n.name))
+  const gone = boxes.filter((b) => b.node === victim.name)
+  const kept = boxes.filter((b) => b.node !== victim.name)
+  assert.ok(gone.length > 0 && kept.length > 0)
+
+  const t0 = Date.now()
+  victim.proc.kill('SIGKILL')
+  await victim.proc.exited
+  // Its sandboxes are not found, fast: never a hang.
+  for (const { sb } of gone) {
+    const start = Date.now()
+    await assert.rejects(sb.commands.run('true'), (e) => /not found|404/i.test(String(e)), `${sb.sandboxId} still answers`)
+    assert.ok(Date.now() - start < 15_000, `a request to a dead node's sandbox took ${Date.now() - start} ms`)
+    const info = await api(c, c.url, `/sandboxes/${sb.sandboxId}`)
+    assert.equal(info.status, 404)
+  }
+  // The router stops listing it once its lease runs out.
+  for (let i = 0; ; i++) {
+    const live = await api(c, c.url, '/airlock/nodes')
+    if (!live.json.some((n) => n.name === victim.name)) break
+    if (i > 200) assert.fail(`${victim.name} still live after 20 s`)
+    await sleep(100)
+  }
+  const deadIn = Date.now() - t0
+  // The rest of the cluster works on: old sandboxes and new creates.
+  for (const { sb } of kept) assert.equal((await sb.commands.run('echo alive')).stdout, 'alive\n')
+  const fresh = await Sandbox.create('base', { ...c.opts })
+  created.push(fresh)
+  assert.notEqual((await ownerOf(c, fresh.sandboxId))[0], victim.name)
+  console.log(`# ${victim.name} killed: its sandboxes answered 404 at once, and it left the router's live nodes after ${deadIn} ms`)
+
+  // Restarted on its state directory, it removes what the killed daemon
+  // left and rejoins; its old sandboxes stay gone.
+  await c.startNode(c.nodes.indexOf(victim) + 1)
+  for (let i = 0; ; i++) {
+    const live = await api(c, c.url, '/airlock/nodes')
+    if (live.json.some((n) => n.name === victim.name)) break
+    if (i > 200) assert.fail(`${victim.name} did not rejoin in 20 s\n${logs()}`)
+    await sleep(100)
+  }
+  assert.equal((await api(c, c.url, `/sandboxes/${gone[0].sb.sandboxId}`)).status, 404)
+})
+
+test('the router refuses what it cannot route, and bad keys', { skip }, async () => {
+  assert.equal((await api(c, c.url, '/sandboxes', { headers: { 'X-API-KEY': 'wrong' } })).status, 401)
+  const tpl = await api(c, c.url, '/v3/templates', { method: 'POST', body: '{}' })
+  assert.equal(tpl.status, 501)
+  assert.match(tpl.json.message, /template builds/)
+  // An id that names no node.
+  assert.equal((await api(c, c.url, '/sandboxes/iffffff0000000000000')).status, 404)
+  assert.equal((await api(c, c.url, '/sandboxes/not-an-id')).status, 404)
+})
+
+test('a node that stops deregisters: its Lease and AirlockNode are gone', { skip }, async () => {
+  const n = c.nodes[2]
+  await stop(n.proc)
+  const lease = await c.kube.call('GET', `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases/${n.name}`)
+  assert.equal(lease.status, 404)
+  const node = await c.kube.call('GET', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocknodes/${n.name}`)
+  assert.equal(node.status, 404)
+})
