@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,19 +41,26 @@ func (f *nodeFlags) check() error {
 		}
 		return nil
 	}
-	if !dnsLabel(f.name) {
-		return usageError{fmt.Sprintf("--node-name %q is not a DNS label (lower-case letters, digits and '-', at most 63)", f.name)}
+	if !dnsName(f.name) {
+		return usageError{fmt.Sprintf("--node-name %q is not a DNS name (lower-case letters, digits, '-' and '.')", f.name)}
 	}
 	return nil
 }
 
-func dnsLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+// dnsName reports whether s is a DNS subdomain name, as Kubernetes names
+// nodes (ip-10-0-0-1.ec2.internal) and the objects a node writes.
+func dnsName(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
 		return false
 	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+	for _, label := range strings.Split(s, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
 		}
 	}
 	return true
@@ -62,7 +68,7 @@ func dnsLabel(s string) bool {
 
 // join registers the node and keeps it registered; leave deregisters it
 // and returns when that is done.
-func (f *nodeFlags) join(ctx context.Context, addr net.Addr, m *sandbox.Manager, bs *backends, capacity int, log *slog.Logger) (leave func(), err error) {
+func (f *nodeFlags) join(ctx context.Context, addr net.Addr, m *sandbox.Manager, backends []string, capacity int, log *slog.Logger) (leave func(), err error) {
 	address := f.advertise
 	if address == "" {
 		tcp, _ := addr.(*net.TCPAddr)
@@ -77,7 +83,7 @@ func (f *nodeFlags) join(ctx context.Context, addr net.Addr, m *sandbox.Manager,
 	}
 	cfg := cluster.NodeConfig{
 		Name: f.name, Namespace: cluster.Namespace(f.namespace), Address: address,
-		Backends: slices.Sorted(maps.Keys(bs.m)), Capacity: capacity, Manager: m, Log: log,
+		Backends: backends, Capacity: capacity, Manager: m, Log: log,
 	}
 	n, err := cluster.Register(ctx, client, cfg)
 	if err != nil {

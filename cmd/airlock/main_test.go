@@ -73,6 +73,10 @@ func TestBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"serve", "--kubeconfig", "/nonexistent"}, "need --node-name"},
+		{[]string{"serve", "--node-name", "Node_1"}, `--node-name "Node_1" is not a DNS name`},
+		{[]string{"router"}, "AIRLOCK_API_KEY must be set"},
+		{[]string{"router", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "--memory", "0", "--", "true"}, "memory limit 0 is below the minimum"},
 		{[]string{"run", "--memory", "12Q", "--", "true"}, `size "12Q" is not a number`},

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -200,7 +202,11 @@ func serveCmd(args []string) error {
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}
 	if node.name != "" {
-		if leave, err = node.join(ctx, ln.Addr(), m, backends, mcfg.MaxSandboxes, log); err != nil {
+		offered := []string{isolation.Name()} // what a create can ask for
+		if mcfg.AllowRequestBackend {
+			offered = slices.Sorted(maps.Keys(backends.m))
+		}
+		if leave, err = node.join(ctx, ln.Addr(), m, offered, mcfg.MaxSandboxes, log); err != nil {
 			srv.Close()
 			m.Shutdown()
 			return err

@@ -21,9 +21,11 @@ type nodeSet struct {
 	// failedAt: when a connection to the node last failed. A node is
 	// dead from then until it renews its Lease again.
 	failedAt map[string]time.Time
-	// sent: creates sent to each node that its published status may not
-	// count yet (it publishes at most once a second).
-	sent map[string]int
+	// sent: creates sent to each node, by template, that its published
+	// status may not count yet (it publishes at most once a second). Each
+	// is taken to have claimed a ready sandbox: else a burst of creates
+	// would all go to the one node whose stale status still shows one.
+	sent map[string]map[string]int
 }
 
 // node is one live node as a router places and routes by it.
@@ -40,7 +42,7 @@ func newNodeSet(client dynamic.Interface, namespace string) *nodeSet {
 	return &nodeSet{
 		nodes:    newInformer(client.Resource(nodesResource).Namespace(namespace)),
 		leases:   newInformer(client.Resource(leasesResource).Namespace(namespace)),
-		failedAt: map[string]time.Time{}, sent: map[string]int{},
+		failedAt: map[string]time.Time{}, sent: map[string]map[string]int{},
 	}
 }
 
@@ -80,10 +82,12 @@ func (s *nodeSet) live() []node {
 		}
 		n := node{Name: u.GetName(), Ready: map[string]int{}}
 		n.Address, _, _ = unstructured.NestedString(u.Object, "spec", "address")
-		n.Prefix, _, _ = unstructured.NestedString(u.Object, "spec", "idPrefix")
+		// The prefix is computed, not read: a node's record cannot claim
+		// another's sandboxes.
+		n.Prefix = IDPrefix(u.GetName())
 		c, _, _ := unstructured.NestedInt64(u.Object, "spec", "capacity")
 		sb, _, _ := unstructured.NestedInt64(u.Object, "status", "sandboxes")
-		n.Capacity, n.Sandboxes = int(c), int(sb)+s.sent[n.Name]
+		n.Capacity, n.Sandboxes = int(c), int(sb)
 		pools, _, _ := unstructured.NestedSlice(u.Object, "status", "pools")
 		for _, p := range pools {
 			m, _ := p.(map[string]any)
@@ -91,7 +95,11 @@ func (s *nodeSet) live() []node {
 			r, _ := m["ready"].(int64)
 			n.Ready[t] = int(r)
 		}
-		if n.Address != "" && n.Prefix != "" {
+		for t, k := range s.sent[n.Name] {
+			n.Sandboxes += k
+			n.Ready[t] = max(0, n.Ready[t]-k)
+		}
+		if n.Address != "" {
 			out = append(out, n)
 		}
 	}
@@ -120,17 +128,23 @@ func (s *nodeSet) failed(name string) {
 	s.mu.Unlock()
 }
 
-// placed counts a create sent to node name for the next two seconds, by
-// when its published status includes it.
-func (s *nodeSet) placed(name string) {
+// placed counts a create of template sent to node name for the next two
+// seconds, by when its published status includes it.
+func (s *nodeSet) placed(name, template string) {
 	s.mu.Lock()
-	s.sent[name]++
+	if s.sent[name] == nil {
+		s.sent[name] = map[string]int{}
+	}
+	s.sent[name][template]++
 	s.mu.Unlock()
 	time.AfterFunc(2*time.Second, func() {
 		s.mu.Lock()
-		if s.sent[name]--; s.sent[name] <= 0 {
+		defer s.mu.Unlock()
+		if s.sent[name][template]--; s.sent[name][template] <= 0 {
+			delete(s.sent[name], template)
+		}
+		if len(s.sent[name]) == 0 {
 			delete(s.sent, name)
 		}
-		s.mu.Unlock()
 	})
 }

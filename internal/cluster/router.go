@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -34,6 +35,8 @@ type Router struct {
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	log    *slog.Logger
+	// uploads bounds the signed uploads held in memory at once.
+	uploads chan struct{}
 	// Console serves the web console's page and assets (nil: none).
 	Console http.Handler
 }
@@ -44,7 +47,7 @@ const maxBody = 1 << 20
 // NewRouter starts watching the nodes of namespace and returns once it
 // has listed them.
 func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, domain string, log *slog.Logger) (*Router, error) {
-	rt := &Router{key: key, domain: domain, nodes: newNodeSet(client, namespace), log: log}
+	rt := &Router{key: key, domain: domain, nodes: newNodeSet(client, namespace), log: log, uploads: make(chan struct{}, signedUploads)}
 	if err := rt.nodes.start(ctx); err != nil {
 		return nil, err
 	}
@@ -59,10 +62,20 @@ func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, do
 	rt.proxy = &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			n := pr.In.Context().Value(nodeKey{}).(node)
-			target, _ := url.Parse(n.Address)
+			rt := pr.In.Context().Value(routeKey{}).(route)
+			target, _ := url.Parse(rt.node.Address)
 			pr.SetURL(target)
-			pr.Out.Host = pr.In.Host // the node's gateway reads it
+			pr.Out.Host = pr.In.Host
+			// Set here, after the proxy dropped the hop-by-hop headers: a
+			// client's "Connection: E2b-Sandbox-Id" must not turn sandbox
+			// traffic, which the router let through without the API key,
+			// into a control-plane request on the node.
+			if rt.sandboxTraffic {
+				pr.Out.Header.Set("E2b-Sandbox-Id", rt.id)
+				if rt.port != "" {
+					pr.Out.Header.Set("E2b-Sandbox-Port", rt.port)
+				}
+			}
 			// X-Forwarded-* are the router's to set, not a client's.
 			pr.SetXForwarded()
 		},
@@ -73,21 +86,28 @@ func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, do
 	return rt, nil
 }
 
-type nodeKey struct{}
+// route is where the proxy sends a request: to node, for sandbox id;
+// sandbox traffic (envd's, the code interpreter's, ports') goes by the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers.
+type route struct {
+	node           node
+	id, port       string
+	sandboxTraffic bool
+}
+
+type routeKey struct{}
 
 // ServeHTTP routes: sandbox traffic by the id it names, the control plane
 // by path.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		rt.toSandbox(w, r, id)
+		rt.toSandbox(w, r, route{id: id, port: r.Header.Get("E2b-Sandbox-Port"), sandboxTraffic: true})
 		return
 	}
 	if port, id, ok := rt.sandboxHost(r.Host); ok {
 		// One mechanism on the nodes: a request by host name is passed
 		// on as the SDKs' own requests are, by header.
-		r.Header.Set("E2b-Sandbox-Id", id)
-		r.Header.Set("E2b-Sandbox-Port", port)
-		rt.toSandbox(w, r, id)
+		rt.toSandbox(w, r, route{id: id, port: port, sandboxTraffic: true})
 		return
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
@@ -114,7 +134,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, rt.nodes.live())
 	case strings.HasPrefix(path, "/sandboxes/") || strings.HasPrefix(path, "/v2/sandboxes/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(path, "/v2"), "/sandboxes/"), "/")
-		rt.toSandbox(w, r, id)
+		rt.toSandbox(w, r, route{id: id})
 	case strings.HasPrefix(path, "/templates") || strings.HasPrefix(path, "/v2/templates") || strings.HasPrefix(path, "/v3/templates"):
 		writeError(w, http.StatusNotImplemented, "template builds are not routed across a cluster yet: build on each node (its own address), or declare the template's pool with an AirlockPool")
 	case path == "/mcp":
@@ -132,47 +152,77 @@ func (rt *Router) authorized(r *http.Request) bool {
 	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(rt.key)) == 1
 }
 
-// sandboxHost parses {port}-{sandboxID}.{domain}.
+// sandboxHost reads {port}-{sandboxID}.{domain} as the nodes do: case
+// aside, and whatever the domain's port (a proxy in front may listen
+// elsewhere).
 func (rt *Router) sandboxHost(host string) (port, id string, ok bool) {
-	sub, ok := strings.CutSuffix(host, "."+rt.domain)
-	if !ok {
+	label, rest, found := strings.Cut(strings.ToLower(host), ".")
+	if !found {
 		return "", "", false
 	}
-	port, id, ok = strings.Cut(sub, "-")
-	return port, id, ok && prefixOf(id) != ""
+	if h, _, err := net.SplitHostPort(rest); err == nil {
+		rest = h
+	}
+	domain := strings.ToLower(rt.domain)
+	if h, _, err := net.SplitHostPort(domain); err == nil {
+		domain = h
+	}
+	if rest != domain {
+		return "", "", false
+	}
+	port, id, found = strings.Cut(label, "-")
+	if !found || port == "" || strings.Trim(port, "0123456789") != "" || prefixOf(id) == "" {
+		return "", "", false
+	}
+	return port, id, true
 }
 
-// toSandbox passes r to the node of sandbox id; a sandbox whose node is
+// toSandbox passes r to the node of its sandbox; a sandbox whose node is
 // gone (or that never was) is not found, at once.
-func (rt *Router) toSandbox(w http.ResponseWriter, r *http.Request, id string) {
-	n, ok := rt.nodes.byID(id)
+func (rt *Router) toSandbox(w http.ResponseWriter, r *http.Request, to route) {
+	n, ok := rt.nodes.byID(to.id)
 	if !ok {
-		writeError(w, http.StatusNotFound, "sandbox %q not found", id)
+		writeError(w, http.StatusNotFound, "sandbox %q not found", to.id)
 		return
 	}
+	to.node = n
 	// Streams answer while their request is still read (see the node's
 	// gateway): without full duplex the server would end the body.
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	rt.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeKey{}, n)))
+	rt.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, to)))
 }
 
-// proxyError answers a request that reached no node: one that cannot be
-// connected to is gone, and so are its sandboxes.
+// proxyError answers a request that reached no node. A node whose port
+// refuses connections, or whose host is unreachable, has no daemon:
+// its sandboxes are gone. Anything else (a timeout, a reset) may be
+// load, and is a 502.
 func (rt *Router) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	n := r.Context().Value(nodeKey{}).(node)
-	if isDialError(err) {
-		rt.nodes.failed(n.Name)
-		rt.log.Warn("router: node unreachable", "node", n.Name, "err", err)
-		writeError(w, http.StatusNotFound, "sandbox not found: its node %s is gone", n.Name)
+	to := r.Context().Value(routeKey{}).(route)
+	if nodeGone(err) {
+		rt.nodes.failed(to.node.Name)
+		rt.log.Warn("router: node gone", "node", to.node.Name, "err", err)
+		writeError(w, http.StatusNotFound, "sandbox %q not found", to.id)
 		return
 	}
 	if r.Context().Err() == nil {
-		rt.log.Warn("router: proxy", "node", n.Name, "err", err)
+		rt.log.Warn("router: proxy", "node", to.node.Name, "err", err)
 	}
-	writeError(w, http.StatusBadGateway, "the sandbox's node did not answer")
+	writeError(w, http.StatusBadGateway, "the sandbox's host did not answer")
 }
 
-func isDialError(err error) bool {
+// nodeGone reports whether err says that nothing listens at a node's
+// address: the connection was refused, or its host is unreachable.
+func nodeGone(err error) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
+// dialFailed reports whether err came before the request was sent: it
+// may be sent to another node.
+func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
@@ -185,13 +235,20 @@ func (rt *Router) rewriteDomain(resp *http.Response) error {
 		return nil
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-	resp.Body.Close()
 	if err != nil {
+		resp.Body.Close()
 		return err
 	}
-	if len(body) <= maxBody {
-		body = withDomain(body, rt.domain)
+	if len(body) > maxBody {
+		// No sandbox description is this long: pass it on as it is.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return nil
 	}
+	resp.Body.Close()
+	body = withDomain(body, rt.domain)
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
@@ -242,18 +299,28 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 	var last *http.Response
 	var lastBody []byte
 	for _, n := range candidates {
+		// Counted from now, not from the answer: concurrent creates
+		// spread rather than all pick the node that looked best.
+		rt.nodes.placed(n.Name, template)
 		resp, err := rt.send(r.Context(), n, r, body)
 		if err != nil {
-			if isDialError(err) {
+			rt.log.Warn("router: create", "node", n.Name, "err", err)
+			if nodeGone(err) {
 				rt.nodes.failed(n.Name)
 			}
-			rt.log.Warn("router: create", "node", n.Name, "err", err)
-			continue
+			if dialFailed(err) {
+				continue // never sent: another node may take it
+			}
+			// Sent, perhaps made: a second create elsewhere could leave
+			// one that nobody knows of.
+			writeError(w, http.StatusBadGateway, "the node chosen for the sandbox did not answer")
+			return
 		}
 		respBody, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 		resp.Body.Close()
 		if err != nil {
-			continue
+			writeError(w, http.StatusBadGateway, "the node chosen for the sandbox did not answer")
+			return
 		}
 		last, lastBody = resp, respBody
 		if !tryNext(resp.StatusCode, respBody) {
@@ -266,14 +333,6 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if last.StatusCode/100 == 2 {
-		var created struct {
-			SandboxID string `json:"sandboxID"`
-		}
-		if json.Unmarshal(lastBody, &created) == nil {
-			if n, ok := rt.nodes.byID(created.SandboxID); ok {
-				rt.nodes.placed(n.Name)
-			}
-		}
 		lastBody = withDomain(lastBody, rt.domain)
 	}
 	copyHeader(w.Header(), last.Header)
@@ -353,7 +412,7 @@ func (rt *Router) fanOut(r *http.Request) []answer {
 			defer cancel()
 			resp, err := rt.send(ctx, n, r, nil)
 			if err != nil {
-				if isDialError(err) {
+				if nodeGone(err) {
 					rt.nodes.failed(n.Name)
 				}
 				rt.log.Warn("router: fan-out", "node", n.Name, "path", r.URL.Path, "err", err)
@@ -491,22 +550,45 @@ func (rt *Router) pools(w http.ResponseWriter, r *http.Request) {
 
 // signedFile passes a signed file URL, which names no sandbox, to the
 // node whose sandbox signed it: each node checks the signature against
-// its own sandboxes, and only one can have made it. Downloads are asked
-// of each node in turn; an upload's body is kept to be sent again, up to
-// maxSignedUpload.
+// its own sandboxes, and only one can have made it. It is asked of each
+// node in turn, so an upload's body is kept to be sent again: up to
+// maxSignedUpload, and only a few at a time, for anyone can send one.
 func (rt *Router) signedFile(w http.ResponseWriter, r *http.Request) {
-	const maxSignedUpload = 64 << 20
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedUpload))
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "an upload through a signed URL to a cluster is limited to %d MiB: write larger files with files.write", maxSignedUpload>>20)
+	q := r.URL.Query()
+	if r.Method != http.MethodGet && r.Method != http.MethodPost || !strings.HasPrefix(q.Get("signature"), "v1_") {
+		writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
 		return
+	}
+	if exp := q.Get("signature_expiration"); exp != "" {
+		if n, err := strconv.ParseInt(exp, 10, 64); err != nil || time.Now().Unix() > n {
+			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+			return
+		}
+	}
+	var body []byte
+	if r.Method == http.MethodPost {
+		select {
+		case rt.uploads <- struct{}{}:
+			defer func() { <-rt.uploads }()
+		case <-r.Context().Done():
+			return
+		}
+		var err error
+		if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedUpload)); err != nil {
+			writeError(w, http.StatusRequestEntityTooLarge, "an upload through a signed URL to a cluster is limited to %d MiB: write larger files with files.write", maxSignedUpload>>20)
+			return
+		}
 	}
 	for _, n := range rt.nodes.live() {
 		out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimSuffix(n.Address, "/")+r.URL.RequestURI(), bytes.NewReader(body))
 		if err != nil {
 			break
 		}
-		out.Header = r.Header.Clone()
+		for _, h := range []string{"Content-Type", "Accept", "User-Agent"} {
+			if v := r.Header.Get(h); v != "" {
+				out.Header.Set(h, v)
+			}
+		}
 		resp, err := rt.client.Do(out)
 		if err != nil {
 			continue
@@ -523,6 +605,12 @@ func (rt *Router) signedFile(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
 }
+
+// Signed uploads in a cluster: at most this large, this many at a time.
+const (
+	maxSignedUpload = 32 << 20
+	signedUploads   = 4
+)
 
 func relay(w http.ResponseWriter, a answer) {
 	copyHeader(w.Header(), a.header)

@@ -324,7 +324,7 @@ type Manager struct {
 	pools     map[string]*pool
 	// poolSizes overrides templates' configured pool sizes (SetPoolSize).
 	poolSizes map[string]int
-	warm      map[string]*warmSnap // by template name
+	warm      map[string]*warmSnap  // by template name
 	private   map[*Private]struct{} // boxes of the daemon's own (builds)
 	closed    bool
 	starting  int            // creates past the limit check, not yet registered

@@ -19,7 +19,7 @@ const ms = (x) => `${x.toFixed(1)} ms`
 const c = await startCluster({ nodes: 3, poolSize: 0 })
 try {
   const node = c.nodes[0]
-  const direct = { ...c.opts, apiUrl: node.url, sandboxUrl: node.url, domain: node.addr }
+  const direct = { ...c.opts, apiUrl: node.url, sandboxUrl: node.url }
   const timeCreate = async (opts) => {
     const t = performance.now()
     const sb = await Sandbox.create('base', opts)

@@ -212,6 +212,8 @@ export async function startCluster({ nodes = 3, poolSize = 1 } = {}) {
       '--service-account-issuer', 'https://kubernetes.default.svc',
       '--service-account-key-file', join(dir, 'sa.pub'), '--service-account-signing-key-file', join(dir, 'sa.key'),
       '--service-cluster-ip-range', '10.96.0.0/24', '-v', '0',
+      // As kubeadm's clusters do: the DaemonSet is privileged.
+      '--allow-privileged=true',
     ]))
     c.server = `https://${net}.1:${apiPort}`
     c.kube = new Kube(c.server, admin)
@@ -278,7 +280,7 @@ export async function startCluster({ nodes = 3, poolSize = 1 } = {}) {
       if (k > 300) throw new Error(`router did not start in 30 s:\n${c.router.log}`)
       await sleep(100)
     }
-    c.opts = { apiKey: c.key, apiUrl: c.url, sandboxUrl: c.url, domain: new URL(c.url).host, requestTimeoutMs: 60_000 }
+    c.opts = { apiKey: c.key, apiUrl: c.url, sandboxUrl: c.url, requestTimeoutMs: 60_000 }
     return c
   } catch (e) {
     await cleanup()

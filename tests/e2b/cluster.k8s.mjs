@@ -7,7 +7,7 @@ import { Sandbox } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { unavailable, startCluster, kustomizationFiles, objectsOf, api, ownerOf, namespace, sleep, stop } from './cluster-harness.mjs'
 
-const skip = unavailable()
+const skip = unavailable() || false
 let c
 const created = [] // every sandbox the tests made, killed at the end
 
@@ -101,7 +101,7 @@ test('creates spread over the nodes; commands, files and code reach the right no
 
   // Port traffic by host name comes back to the router (its domain).
   const host = boxes[0].getHost(8080)
-  assert.ok(host.endsWith(c.opts.domain), host)
+  assert.equal(host, `8080-${boxes[0].sandboxId}.localhost:${new URL(c.url).port}`)
 })
 
 test('a pool size set with an AirlockPool takes effect on every node, and goes back when removed', { skip }, async () => {
@@ -143,7 +143,7 @@ test('a node that dies takes its sandboxes with it: 404 within seconds, the othe
   const victim = c.nodes.find((n) => boxes.some((b) => b.node === n.name))
   const gone = boxes.filter((b) => b.node === victim.name)
   const kept = boxes.filter((b) => b.node !== victim.name)
-  assert.ok(gone.length > 0 && kept.length > 0)
+  assert.ok(gone.length > 0 && kept.length > 0, `placed: ${JSON.stringify(boxes.map((b) => b.node))}, nodes: ${JSON.stringify((await api(c, c.url, "/airlock/nodes")).json)}`)
 
   const t0 = Date.now()
   victim.proc.kill('SIGKILL')
