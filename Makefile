@@ -9,6 +9,10 @@ BIN := bin/airlock
 # What runs inside a sandbox (init, agent, sudo), embedded in airlock with
 # its hash (package sandboxbin).
 SANDBOX_BIN := internal/sandboxbin/bin/airlock-sandbox
+# What airlock router and a node's cluster registration run: the only
+# binary that links Kubernetes' client packages, embedded in airlock
+# (package clusterbin).
+CLUSTER_BIN := internal/clusterbin/bin/airlock-cluster
 # A fake internet in network namespaces of the tests' own, in which the
 # SDK suites run (tests/netlab).
 NETLAB := bin/netlab
@@ -46,6 +50,7 @@ console:
 build: console
 	$(GO) build -trimpath -o $(SANDBOX_BIN) ./cmd/airlock-sandbox
 	sha256sum $(SANDBOX_BIN) | cut -d' ' -f1 > $(SANDBOX_BIN).sha256
+	$(GO) build -trimpath -o $(CLUSTER_BIN) ./cmd/airlock-cluster
 	$(GO) build -trimpath -o $(BIN) ./cmd/airlock
 	$(GO) build -trimpath -o $(NETLAB) ./tests/netlab
 	$(GO) build -trimpath -o bin/mkimage ./tests/mkimage

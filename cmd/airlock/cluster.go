@@ -1,26 +1,34 @@
 package main
 
 import (
-	"context"
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"os/signal"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/cluster"
-	"github.com/airlock-sandbox/airlock/internal/console"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/clusterbin"
 )
 
-// nodeFlags make airlock serve a node of a cluster (internal/cluster).
+// A cluster on Kubernetes (README, "Many hosts"): airlock router, and
+// airlock serve --node-name, run the cluster binary (cmd/airlock-cluster),
+// which alone links Kubernetes' client packages.
+
+// routerCmd is airlock router: the cluster binary's router, in place of
+// this process.
+func routerCmd(args []string) error {
+	return clusterbin.Exec(append([]string{"router"}, args...)...)
+}
+
+// nodeFlags make airlock serve a node of a cluster.
 type nodeFlags struct {
 	name, kubeconfig, namespace, advertise string
 }
@@ -66,91 +74,148 @@ func dnsName(s string) bool {
 	return true
 }
 
-// join registers the node and keeps it registered; leave deregisters it
-// and returns when that is done.
-func (f *nodeFlags) join(ctx context.Context, addr net.Addr, m *sandbox.Manager, backends []string, capacity int, log *slog.Logger) (leave func(), err error) {
+// nodeAgent is the cluster binary's node registration, running beside
+// this daemon: it reads the daemon's load and sets its pools through the
+// daemon's API at local, with the key.
+type nodeAgent struct {
+	args     []string
+	key      string
+	log      *slog.Logger
+	stopping atomic.Bool
+	current  atomic.Pointer[os.Process]
+	done     chan struct{} // closed when the supervisor has stopped
+}
+
+// join starts the node's registration and returns once the node is
+// known to the cluster; leave deregisters it and returns when that is
+// done. A registration that dies later is started again.
+func (f *nodeFlags) join(addr net.Addr, key string, backends []string, capacity int, log *slog.Logger) (leave func(), err error) {
+	tcp, _ := addr.(*net.TCPAddr)
+	if tcp == nil {
+		return nil, fmt.Errorf("cluster: cannot join from %s", addr)
+	}
 	address := f.advertise
 	if address == "" {
-		tcp, _ := addr.(*net.TCPAddr)
-		if tcp == nil || tcp.IP.IsUnspecified() {
+		if tcp.IP.IsUnspecified() {
 			return nil, usageError{fmt.Sprintf("listening on %s, which routers cannot dial: give --advertise http://ADDRESS:PORT", addr)}
 		}
 		address = "http://" + addr.String()
 	}
-	client, err := cluster.Client(f.kubeconfig)
-	if err != nil {
-		return nil, usageError{err.Error()}
+	// The daemon's own API, from this host.
+	local := tcp.IP
+	if local.IsUnspecified() {
+		local = net.IPv4(127, 0, 0, 1)
 	}
-	cfg := cluster.NodeConfig{
-		Name: f.name, Namespace: cluster.Namespace(f.namespace), Address: address,
-		Backends: backends, Capacity: capacity, Manager: m, Log: log,
+	args := []string{"node", "--node-name", f.name, "--advertise", address,
+		"--local", "http://" + net.JoinHostPort(local.String(), strconv.Itoa(tcp.Port)),
+		"--capacity", strconv.Itoa(capacity), "--backends", strings.Join(backends, ","), "--ready-fd", "3"}
+	if f.kubeconfig != "" {
+		args = append(args, "--kubeconfig", f.kubeconfig)
 	}
-	n, err := cluster.Register(ctx, client, cfg)
+	if f.namespace != "" {
+		args = append(args, "--namespace", f.namespace)
+	}
+	a := &nodeAgent{args: args, key: key, log: log, done: make(chan struct{})}
+	exited, err := a.start(true)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("airlock node registered", "node", f.name, "namespace", cfg.Namespace, "address", address, "id_prefix", cluster.IDPrefix(f.name))
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { n.Run(runCtx); close(done) }()
-	return func() { cancel(); <-done }, nil
+	go a.supervise(exited)
+	return a.leave, nil
 }
 
-// routerCmd is airlock router: the cluster's E2B-compatible entry point.
-func routerCmd(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	signal.Ignore(syscall.SIGPIPE)
-	fs := flag.NewFlagSet("router", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster's API server (default: the pod's service account)")
-	namespace := fs.String("namespace", "", "namespace of Airlock's objects (default $AIRLOCK_NAMESPACE, the pod's, then airlock)")
-	listen := fs.String("listen", "127.0.0.1:49980", "address to listen on")
-	domain := fs.String("domain", "", "sandboxes' servers answer at {port}-{sandboxID}.DOMAIN (default localhost:PORT)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	key := os.Getenv("AIRLOCK_API_KEY")
-	if key == "" {
-		return usageError{"AIRLOCK_API_KEY must be set: the router and every node share one API key"}
-	}
-	client, err := cluster.Client(*kubeconfig)
+// start runs the registration; with waitReady, until it says that the
+// node is registered. exited yields its end.
+func (a *nodeAgent) start(waitReady bool) (exited <-chan error, err error) {
+	cmd, err := clusterbin.Command(a.args...)
 	if err != nil {
-		return usageError{err.Error()}
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+a.key)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // the daemon's log
+	r, w, err := os.Pipe()
 	if err != nil {
-		return usageError{fmt.Sprintf("listen on %s: %v", *listen, errors.Unwrap(err))}
+		return nil, err
 	}
-	defer ln.Close()
-	if *domain == "" {
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		*domain = "localhost:" + port
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	rt, err := cluster.NewRouter(ctx, client, cluster.Namespace(*namespace), key, *domain, log)
+	defer r.Close()
+	cmd.ExtraFiles = []*os.File{w}
+	// It deregisters when the daemon dies, however it dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	started := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: Pdeathsig fires when the thread that started
+		// the child ends, and Go ends a locked thread only with its
+		// goroutine, which lives as long as the child.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		a.current.Store(cmd.Process)
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	err = <-started
+	w.Close()
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("cluster registration: %w", err)
 	}
-	rt.Console = console.Handler()
-	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 30 * time.Second}
-	url := "http://" + ln.Addr().String()
-	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
-	log.Info("airlock router serving", "listen", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	if !waitReady {
+		return done, nil
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		ready <- line == "registered\n"
+	}()
 	select {
-	case err = <-errc:
-	case <-ctx.Done():
+	case ok := <-ready:
+		if ok {
+			return done, nil
+		}
+		// The pipe closed without a word: it exited, its log says why.
+		return nil, fmt.Errorf("the node could not join the cluster: %v", <-done)
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		<-done
+		return nil, errors.New("the node could not join the cluster in a minute (its log says why)")
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv.Shutdown(shutdown)
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
+}
+
+// supervise starts the registration again whenever it ends before leave.
+func (a *nodeAgent) supervise(exited <-chan error) {
+	defer close(a.done)
+	for {
+		err := <-exited
+		if a.stopping.Load() {
+			return
+		}
+		a.log.Error("cluster registration ended; starting it again", "err", err)
+		for {
+			time.Sleep(2 * time.Second)
+			if a.stopping.Load() {
+				return
+			}
+			if exited, err = a.start(false); err == nil {
+				break
+			}
+			a.log.Error("cluster registration", "err", err)
+		}
 	}
-	return err
+}
+
+// leave stops the registration, which deregisters the node.
+func (a *nodeAgent) leave() {
+	a.stopping.Store(true)
+	if p := a.current.Load(); p != nil {
+		p.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		if p := a.current.Load(); p != nil {
+			p.Kill()
+		}
+	}
 }

@@ -24,13 +24,13 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
-	"github.com/airlock-sandbox/airlock/internal/cluster"
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/console"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
+	"github.com/airlock-sandbox/airlock/internal/nodeid"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -101,7 +101,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	if node.name != "" {
-		mcfg.IDPrefix = cluster.IDPrefix(node.name)
+		mcfg.IDPrefix = nodeid.Prefix(node.name)
 	}
 	if cfg.AllowRequestBackend {
 		for _, name := range []string{"namespaces", "gvisor"} {
@@ -206,7 +206,7 @@ func serveCmd(args []string) error {
 		if mcfg.AllowRequestBackend {
 			offered = slices.Sorted(maps.Keys(backends.m))
 		}
-		if leave, err = node.join(ctx, ln.Addr(), m, offered, mcfg.MaxSandboxes, log); err != nil {
+		if leave, err = node.join(ln.Addr(), key, offered, mcfg.MaxSandboxes, log); err != nil {
 			srv.Close()
 			m.Shutdown()
 			return err

@@ -27,7 +27,10 @@ var allowed = map[string][]string{
 	"cmd/airlock-sandbox": {"internal/agent", "internal/agentproto", "internal/backend/namespaces/nsinit"},
 	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
-		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console"},
+		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console",
+		"internal/clusterbin", "internal/nodeid"},
+	// A cluster on Kubernetes: the only binary that links client-go.
+	"cmd/airlock-cluster": {"internal/cluster", "internal/console"},
 	"tests/netlab":  {"internal/nettest"},
 	"tests/mkimage": {"internal/image/imagetest"},
 
@@ -44,6 +47,11 @@ var allowed = map[string][]string{
 	// The sandbox binary, embedded, and where it is installed: a leaf.
 	"internal/console":             {},
 	"internal/sandboxbin":          {},
+	"internal/clusterbin":          {},
+	// The router and a node's registration, over the API server and the
+	// nodes' own APIs: it knows no other package of the daemon.
+	"internal/cluster": {"internal/nodeid"},
+	"internal/nodeid":  {},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 
@@ -118,6 +126,30 @@ func TestAgentIsSelfContained(t *testing.T) {
 	for d := range seen {
 		if d != "internal/agentproto" && !strings.HasPrefix(d, "internal/agent/") {
 			t.Errorf("the agent depends on %s", d)
+		}
+	}
+}
+
+// TestDaemonLinksNoKubernetes: Kubernetes' client packages cost every
+// process that links them ~2 ms at start; only the cluster binary
+// (cmd/airlock-cluster) may, never airlock, which runs every airlock run.
+func TestDaemonLinksNoKubernetes(t *testing.T) {
+	graph, external := imports(t)
+	seen := map[string]bool{"cmd/airlock": true}
+	queue := []string{"cmd/airlock"}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, e := range external[p] {
+			if strings.HasPrefix(e, "k8s.io/") || strings.HasPrefix(e, "sigs.k8s.io/") {
+				t.Errorf("airlock links %s (through %s): keep Kubernetes in cmd/airlock-cluster", e, p)
+			}
+		}
+		for _, d := range graph[p] {
+			if !seen[d] {
+				seen[d] = true
+				queue = append(queue, d)
+			}
 		}
 	}
 }

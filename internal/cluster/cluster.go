@@ -10,8 +10,6 @@
 package cluster
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -22,6 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/airlock-sandbox/airlock/internal/nodeid"
 )
 
 // Group and Version of Airlock's custom resources (deploy/kubernetes).
@@ -41,24 +41,12 @@ var (
 const LeaseDuration = 10 * time.Second
 
 // IDPrefix is what the ids of node's sandboxes begin with after their
-// "i": six hex digits of the name's SHA-256. A node refuses to register
-// while a live node of another name has the same prefix.
-func IDPrefix(node string) string {
-	sum := sha256.Sum256([]byte(node))
-	return hex.EncodeToString(sum[:3])
-}
+// "i" (nodeid.Prefix). A node refuses to register while a live node of
+// another name has the same prefix.
+func IDPrefix(node string) string { return nodeid.Prefix(node) }
 
 // prefixOf is the node prefix of sandbox id, "" if id is no sandbox id.
-func prefixOf(id string) string {
-	if len(id) != 20 || id[0] != 'i' {
-		return ""
-	}
-	p := id[1:7]
-	if _, err := hex.DecodeString(p); err != nil {
-		return ""
-	}
-	return p
-}
+func prefixOf(id string) string { return nodeid.Of(id) }
 
 // Client connects to the API server: with the kubeconfig at path, or,
 // when path is "", with the pod's service account (in a cluster).

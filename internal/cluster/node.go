@@ -9,7 +9,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,8 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // NodeConfig is what a node daemon tells the cluster about itself.
@@ -33,15 +30,10 @@ type NodeConfig struct {
 	Backends []string
 	// Capacity is the most sandboxes the node runs at once.
 	Capacity int
-	Manager  Manager
-	Log      *slog.Logger
-}
-
-// Manager is what a node needs of its sandbox manager.
-type Manager interface {
-	SetPoolSize(template string, size int)
-	Pools(ctx context.Context) ([]sandbox.PoolStatus, int64)
-	Counts() (running, pooled map[string]int)
+	// Local is the node daemon's own API, which the registration reads
+	// the node's load from and sets pool sizes through.
+	Local *LocalAPI
+	Log   *slog.Logger
 }
 
 // NodeStatus is an AirlockNode's status: what a router places creates by.
@@ -62,16 +54,21 @@ type PoolStatus struct {
 type Node struct {
 	cfg    NodeConfig
 	client dynamic.Interface
-
-	mu        sync.Mutex
-	overrides map[string]int // pool sizes that AirlockPools set, by template
+	// applied: the pool sizes that AirlockPools set on the node, by
+	// template, as the node last accepted them.
+	applied map[string]int
+	// written: the resourceVersion of the node's last write of its Lease
+	// and its AirlockNode (by kind), so that it deletes them only if no
+	// other process has written them since: a daemon restarted on the
+	// same node must not lose its registration to its dying predecessor.
+	written map[string]string
 }
 
 // Register makes the node known to the cluster: it fails, changing
 // nothing, if the API server cannot be reached, lacks Airlock's
 // resources, or a live node of another name has the same IDPrefix.
 func Register(ctx context.Context, client dynamic.Interface, cfg NodeConfig) (*Node, error) {
-	n := &Node{cfg: cfg, client: client, overrides: map[string]int{}}
+	n := &Node{cfg: cfg, client: client, applied: map[string]int{}, written: map[string]string{}}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := n.checkPrefix(ctx); err != nil {
@@ -134,12 +131,14 @@ func (n *Node) upsert(ctx context.Context, r dynamic.ResourceInterface, kind str
 			"labels": map[string]any{"app.kubernetes.io/name": "airlock", "app.kubernetes.io/component": "node"}},
 		"spec": spec,
 	}}
-	_, err := r.Create(ctx, obj, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		return err
+	got, err := r.Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		patch, _ := json.Marshal(map[string]any{"spec": spec})
+		got, err = r.Patch(ctx, n.cfg.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	}
-	patch, _ := json.Marshal(map[string]any{"spec": spec})
-	_, err = r.Patch(ctx, n.cfg.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		n.written[kind] = got.GetResourceVersion()
+	}
 	return err
 }
 
@@ -154,22 +153,29 @@ func (n *Node) renew(ctx context.Context) error {
 }
 
 // Run keeps the registration true until ctx ends: it renews the Lease,
-// publishes the node's load when it changes, and applies AirlockPools.
-// Then it removes the node's Lease and AirlockNode, so that routers stop
-// sending to it at once rather than when the Lease runs out.
+// makes the node's pools what the AirlockPools say, and publishes the
+// node's load when it changes. Then it removes the node's Lease and
+// AirlockNode, so that routers stop sending to it at once rather than
+// when the Lease runs out.
 func (n *Node) Run(ctx context.Context) {
 	pools := newInformer(n.client.Resource(poolsResource).Namespace(n.cfg.Namespace))
-	sync := func(any) { n.applyPools(pools.GetStore()) }
+	changed := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
 	pools.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: sync, DeleteFunc: sync,
-		UpdateFunc: func(_, obj any) { sync(obj) },
+		AddFunc: poke, DeleteFunc: poke,
+		UpdateFunc: func(_, obj any) { poke(obj) },
 	})
 	go pools.Run(ctx.Done())
 
 	renew := time.NewTicker(LeaseDuration / 3)
 	defer renew.Stop()
-	publish := time.NewTicker(time.Second)
-	defer publish.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	var published *NodeStatus
 	for {
 		select {
@@ -180,38 +186,39 @@ func (n *Node) Run(ctx context.Context) {
 			if err := n.renew(ctx); err != nil && ctx.Err() == nil {
 				n.cfg.Log.Warn("cluster: renew lease", "err", err)
 			}
-		case <-publish.C:
-			st := n.status(ctx)
-			if published != nil && reflect.DeepEqual(*published, st) {
-				continue
-			}
-			if err := n.publish(ctx, st); err != nil {
-				if ctx.Err() == nil {
-					n.cfg.Log.Warn("cluster: publish node status", "err", err)
-				}
-				continue
-			}
-			published = &st
+			continue
+		case <-changed:
+		case <-tick.C:
 		}
+		// Each second, and at once when an AirlockPool changed: a size
+		// the node did not take is tried again.
+		n.applyPools(ctx, wantedPools(pools.GetStore()))
+		st, err := n.cfg.Local.status(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.cfg.Log.Warn("cluster: read the node's load", "err", err)
+			}
+			continue
+		}
+		if published != nil && reflect.DeepEqual(*published, st) {
+			continue
+		}
+		if err := n.publish(ctx, st); err != nil {
+			if ctx.Err() == nil {
+				n.cfg.Log.Warn("cluster: publish node status", "err", err)
+			}
+			continue
+		}
+		published = &st
 	}
-}
-
-func (n *Node) status(ctx context.Context) NodeStatus {
-	running, _ := n.cfg.Manager.Counts()
-	st := NodeStatus{Pools: []PoolStatus{}}
-	for _, c := range running {
-		st.Sandboxes += c
-	}
-	pools, _ := n.cfg.Manager.Pools(ctx)
-	for _, p := range pools {
-		st.Pools = append(st.Pools, PoolStatus{Template: p.Template, Size: p.Size, Ready: p.Ready})
-	}
-	return st
 }
 
 func (n *Node) publish(ctx context.Context, st NodeStatus) error {
 	patch, _ := json.Marshal(map[string]any{"status": st})
-	_, err := n.nodes().Patch(ctx, n.cfg.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	got, err := n.nodes().Patch(ctx, n.cfg.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err == nil {
+		n.written["AirlockNode"] = got.GetResourceVersion()
+	}
 	if apierrors.IsNotFound(err) {
 		// Deleted by an operator while the node lives: register again.
 		err = n.upsert(ctx, n.nodes(), "AirlockNode", map[string]any{
@@ -224,10 +231,9 @@ func (n *Node) publish(ctx context.Context, st NodeStatus) error {
 	return err
 }
 
-// applyPools sets each pool's size from the AirlockPools: a template
-// named by several gets the largest size; one no longer named goes back
-// to the node's own configuration.
-func (n *Node) applyPools(store cache.Store) {
+// wantedPools are the pool sizes the AirlockPools in store ask for: a
+// template named by several gets the largest size.
+func wantedPools(store cache.Store) map[string]int {
 	want := map[string]int{}
 	for _, obj := range store.List() {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -241,40 +247,54 @@ func (n *Node) applyPools(store cache.Store) {
 		}
 		want[t] = max(want[t], int(size))
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	return want
+}
+
+// applyPools sets the node's pools to want; a template no longer named
+// goes back to the node's own configuration.
+func (n *Node) applyPools(ctx context.Context, want map[string]int) {
 	for _, t := range slices.Sorted(maps.Keys(want)) {
-		if old, ok := n.overrides[t]; ok && old == want[t] {
+		if old, ok := n.applied[t]; ok && old == want[t] {
 			continue
 		}
-		n.cfg.Manager.SetPoolSize(t, want[t])
-		n.overrides[t] = want[t]
+		if err := n.cfg.Local.setPoolSize(ctx, t, want[t]); err != nil {
+			n.cfg.Log.Warn("cluster: set pool size", "template", t, "err", err)
+			continue
+		}
+		n.applied[t] = want[t]
 		n.cfg.Log.Info("cluster: pool size from AirlockPool", "template", t, "size", want[t])
 	}
-	for t := range n.overrides {
-		if _, ok := want[t]; !ok {
-			n.cfg.Manager.SetPoolSize(t, -1)
-			delete(n.overrides, t)
-			n.cfg.Log.Info("cluster: pool size back to the node's configuration", "template", t)
+	for _, t := range slices.Sorted(maps.Keys(n.applied)) {
+		if _, ok := want[t]; ok {
+			continue
 		}
+		if err := n.cfg.Local.setPoolSize(ctx, t, -1); err != nil {
+			n.cfg.Log.Warn("cluster: reset pool size", "template", t, "err", err)
+			continue
+		}
+		delete(n.applied, t)
+		n.cfg.Log.Info("cluster: pool size back to the node's configuration", "template", t)
 	}
 }
 
-// deregister removes the node's Lease and AirlockNode.
+// deregister removes the node's Lease and AirlockNode, unless another
+// process wrote them after this one did.
 func (n *Node) deregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	for _, r := range []dynamic.ResourceInterface{n.leases(), n.nodes()} {
-		if err := r.Delete(ctx, n.cfg.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			n.cfg.Log.Warn("cluster: deregister", "err", err)
+	for kind, r := range map[string]dynamic.ResourceInterface{"Lease": n.leases(), "AirlockNode": n.nodes()} {
+		rv := n.written[kind]
+		err := r.Delete(ctx, n.cfg.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			n.cfg.Log.Warn("cluster: deregister", "kind", kind, "err", err)
 		}
 	}
 }
 
 // newInformer watches the objects of r: a list, then a watch, kept in a
 // local store that handlers are told about. Built on the dynamic client
-// alone, so that the daemon does not link (and initialise) every typed
-// Kubernetes API that client-go's informer factories bring.
+// alone, so that the cluster binary does not link (and initialise) every
+// typed Kubernetes API that client-go's informer factories bring.
 func newInformer(r dynamic.ResourceInterface) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

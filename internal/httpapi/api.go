@@ -145,7 +145,19 @@ func (s *Server) routes() {
 		if pools == nil {
 			pools = []sandbox.PoolStatus{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"pools": pools, "memoryBudgetBytes": budget})
+		running, _ := s.m.Counts()
+		n := 0
+		for _, c := range running {
+			n += c
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"pools": pools, "memoryBudgetBytes": budget, "running": n})
+	})
+	// A pool's size, set at run time (a cluster's AirlockPools), and back
+	// to the configuration.
+	api("PUT /airlock/pools/{template}", s.setPoolSize)
+	api("DELETE /airlock/pools/{template}", func(w http.ResponseWriter, r *http.Request) {
+		s.m.SetPoolSize(r.PathValue("template"), -1)
+		w.WriteHeader(http.StatusNoContent)
 	})
 	s.handleSnapshots()
 }
@@ -173,6 +185,32 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// MaxPoolSize bounds a pool's size set through the API.
+const MaxPoolSize = 256
+
+func (s *Server) setPoolSize(w http.ResponseWriter, r *http.Request) {
+	raw, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := refuseUnknown(raw, []string{"size"}, ""); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var body struct {
+		Size *int `json:"size"`
+	}
+	if !unmarshal(w, raw, &body) {
+		return
+	}
+	if body.Size == nil || *body.Size < 0 || *body.Size > MaxPoolSize {
+		writeError(w, http.StatusBadRequest, "size must be an integer from 0 to %d", MaxPoolSize)
+		return
+	}
+	s.m.SetPoolSize(r.PathValue("template"), *body.Size)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // writeError writes E2B's error body, {code, message}.
