@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/dynamic"
+
 	"github.com/airlock-sandbox/airlock/internal/cluster"
 	"github.com/airlock-sandbox/airlock/internal/console"
 )
@@ -51,13 +53,18 @@ func main() {
 	os.Exit(1)
 }
 
-// apiKey is the key every node and router of a cluster shares.
-func apiKey() (string, error) {
+// connect returns the API key every node and router of a cluster
+// shares, and a client of the API server.
+func connect(kubeconfig string) (string, dynamic.Interface, error) {
 	key := os.Getenv("AIRLOCK_API_KEY")
 	if key == "" {
-		return "", usageError{"AIRLOCK_API_KEY must be set: the router and every node share one API key"}
+		return "", nil, usageError{"AIRLOCK_API_KEY must be set: the router and every node share one API key"}
 	}
-	return key, nil
+	client, err := cluster.Client(kubeconfig)
+	if err != nil {
+		return "", nil, usageError{err.Error()}
+	}
+	return key, client, nil
 }
 
 // routerCmd is airlock router: the cluster's E2B-compatible entry point.
@@ -77,13 +84,9 @@ func routerCmd(args []string) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	key, err := apiKey()
+	key, client, err := connect(*kubeconfig)
 	if err != nil {
 		return err
-	}
-	client, err := cluster.Client(*kubeconfig)
-	if err != nil {
-		return usageError{err.Error()}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -142,13 +145,9 @@ func nodeCmd(args []string) error {
 	if *name == "" || *advertise == "" || *local == "" {
 		return usageError{"node needs --node-name, --advertise and --local"}
 	}
-	key, err := apiKey()
+	key, client, err := connect(*kubeconfig)
 	if err != nil {
 		return err
-	}
-	client, err := cluster.Client(*kubeconfig)
-	if err != nil {
-		return usageError{err.Error()}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg := cluster.NodeConfig{

@@ -31,8 +31,8 @@ var allowed = map[string][]string{
 		"internal/clusterbin", "internal/nodeid"},
 	// A cluster on Kubernetes: the only binary that links client-go.
 	"cmd/airlock-cluster": {"internal/cluster", "internal/console"},
-	"tests/netlab":  {"internal/nettest"},
-	"tests/mkimage": {"internal/image/imagetest"},
+	"tests/netlab":        {"internal/nettest"},
+	"tests/mkimage":       {"internal/image/imagetest"},
 
 	"internal/policy":     {},
 	"internal/agentproto": {},
@@ -45,13 +45,13 @@ var allowed = map[string][]string{
 	// The namespaces sandbox's init, inside it: the sandbox binary's.
 	"internal/backend/namespaces/nsinit": {"internal/layout", "internal/policy"},
 	// The sandbox binary, embedded, and where it is installed: a leaf.
-	"internal/console":             {},
-	"internal/sandboxbin":          {},
-	"internal/clusterbin":          {},
+	"internal/console":    {},
+	"internal/sandboxbin": {},
+	"internal/clusterbin": {},
 	// The router and a node's registration, over the API server and the
 	// nodes' own APIs: it knows no other package of the daemon.
-	"internal/cluster": {"internal/nodeid"},
-	"internal/nodeid":  {},
+	"internal/cluster":             {"internal/nodeid"},
+	"internal/nodeid":              {},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 

@@ -436,24 +436,26 @@ type answer struct {
 	body   []byte
 }
 
-// firstRefusal is the first answer that was no success: every node
-// checks a request the same way, so one's refusal is every one's.
-func firstRefusal(answers []answer) (answer, bool) {
+// fanOutOK is fanOut's answers if every node took the request; else it
+// relays the first refusal (every node checks a request the same way, so
+// one's refusal is every one's) and returns false.
+func (rt *Router) fanOutOK(w http.ResponseWriter, r *http.Request) ([]answer, bool) {
+	answers := rt.fanOut(r)
 	for _, a := range answers {
 		if a.status/100 != 2 {
-			return a, true
+			relay(w, a)
+			return nil, false
 		}
 	}
-	return answer{}, false
+	return answers, true
 }
 
 // list merges the nodes' lists. Their order and page tokens are the
 // same on every node (start time, then id), so a page of the cluster is
 // the first limit of the nodes' pages merged, and the token of its last.
 func (rt *Router) list(w http.ResponseWriter, r *http.Request) {
-	answers := rt.fanOut(r)
-	if a, ok := firstRefusal(answers); ok {
-		relay(w, a)
+	answers, ok := rt.fanOutOK(w, r)
+	if !ok {
 		return
 	}
 	type item struct {
@@ -507,9 +509,8 @@ func (rt *Router) list(w http.ResponseWriter, r *http.Request) {
 // listSnapshots merges the nodes' snapshots; each lives on the node that
 // took it, and a create from it finds that node (create's fallback).
 func (rt *Router) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	answers := rt.fanOut(r)
-	if a, ok := firstRefusal(answers); ok {
-		relay(w, a)
+	answers, ok := rt.fanOutOK(w, r)
+	if !ok {
 		return
 	}
 	out := []json.RawMessage{}
@@ -524,9 +525,8 @@ func (rt *Router) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 // pools lists every node's pools, each naming its node.
 func (rt *Router) pools(w http.ResponseWriter, r *http.Request) {
-	answers := rt.fanOut(r)
-	if a, ok := firstRefusal(answers); ok {
-		relay(w, a)
+	answers, ok := rt.fanOutOK(w, r)
+	if !ok {
 		return
 	}
 	out := []map[string]any{}
