@@ -3,6 +3,7 @@
 // SDKs. Run by make test-cluster (part of make test).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { request as httpRequest } from 'node:http'
 import { Sandbox } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { unavailable, startCluster, kustomizationFiles, objectsOf, api, ownerOf, namespace, sleep, stop } from './cluster-harness.mjs'
@@ -99,10 +100,51 @@ test('creates spread over the nodes; commands, files and code reach the right no
   const filtered = await Sandbox.list({ ...c.opts, query: { metadata: { run: 'spread', i: '3' } } }).nextItems()
   assert.deepEqual(filtered.map((x) => x.sandboxId), [boxes[3].sandboxId])
 
-  // Port traffic by host name comes back to the router (its domain).
-  const host = boxes[0].getHost(8080)
-  assert.equal(host, `8080-${boxes[0].sandboxId}.localhost:${new URL(c.url).port}`)
+  // Signed file URLs name no sandbox: the router finds the node whose
+  // sandbox signed them, and a tampered one opens nothing anywhere.
+  const sb1 = boxes[1]
+  const url = await sb1.downloadUrl('/tmp/whoami', { useSignatureExpiration: 60 })
+  assert.ok(url.startsWith(c.url), url)
+  let r = await fetch(url)
+  assert.equal(r.status, 200)
+  assert.equal(await r.text(), sb1.sandboxId)
+  const tampered = new URL(url)
+  tampered.searchParams.set('path', '/etc/passwd')
+  assert.equal((await fetch(tampered)).status, 401)
+  const up = await sb1.uploadUrl('/tmp/up.txt', { useSignatureExpiration: 60 })
+  const form = new FormData()
+  form.append('file', new Blob(['through the router']), 'up.txt')
+  r = await fetch(up, { method: 'POST', body: form })
+  assert.equal(r.status, 200, await r.text())
+  assert.equal(await sb1.files.read('/tmp/up.txt'), 'through the router')
+
+  // A sandbox's own server, by host name (getHost), through the router.
+  const host = sb1.getHost(8080)
+  assert.equal(host, `8080-${sb1.sandboxId}.localhost:${new URL(c.url).port}`)
+  await sb1.commands.run('cd /tmp && exec python3 -m http.server 8080 --bind 127.0.0.1', { background: true })
+  let page
+  for (let i = 0; ; i++) {
+    page = await viaHost(c.url, host, '/whoami').catch((e) => ({ status: 0, body: String(e) }))
+    if (page.status === 200) break
+    if (i > 100) assert.fail(`the sandbox's server, by host name: ${page.status} ${page.body}`)
+    await sleep(100)
+  }
+  assert.equal(page.body, sb1.sandboxId)
 })
+
+// viaHost GETs path from the router at base with the Host header host.
+function viaHost(base, host, path) {
+  const u = new URL(base)
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: u.hostname, port: u.port, path, headers: { Host: host } }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
 
 test('a pool size set with an AirlockPool takes effect on every node, and goes back when removed', { skip }, async () => {
   const pool = {
