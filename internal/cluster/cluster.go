@@ -31,9 +31,10 @@ const (
 )
 
 var (
-	nodesResource  = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "airlocknodes"}
-	poolsResource  = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "airlockpools"}
-	leasesResource = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	nodesResource     = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "airlocknodes"}
+	poolsResource     = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "airlockpools"}
+	templatesResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "airlocktemplates"}
+	leasesResource    = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 )
 
 // LeaseDuration is how long a node counts as alive after it last

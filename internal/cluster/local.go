@@ -61,7 +61,7 @@ func (l *LocalAPI) status(ctx context.Context) (NodeStatus, error) {
 	if err := json.Unmarshal(data, &got); err != nil {
 		return NodeStatus{}, fmt.Errorf("the node's pools: %v", err)
 	}
-	st := NodeStatus{Sandboxes: got.Running, Pools: got.Pools}
+	st := NodeStatus{Sandboxes: got.Running, Pools: got.Pools, Templates: []TemplateStatus{}}
 	if st.Pools == nil {
 		st.Pools = []PoolStatus{}
 	}

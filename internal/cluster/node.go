@@ -36,10 +36,12 @@ type NodeConfig struct {
 	Log   *slog.Logger
 }
 
-// NodeStatus is an AirlockNode's status: what a router places creates by.
+// NodeStatus is an AirlockNode's status: what a router places creates by,
+// and how the node's builds of AirlockTemplates stand.
 type NodeStatus struct {
-	Sandboxes int          `json:"sandboxes"`
-	Pools     []PoolStatus `json:"pools"`
+	Sandboxes int              `json:"sandboxes"`
+	Pools     []PoolStatus     `json:"pools"`
+	Templates []TemplateStatus `json:"templates"`
 }
 
 // PoolStatus is one template's pool on a node.
@@ -62,13 +64,16 @@ type Node struct {
 	// other process has written them since: a daemon restarted on the
 	// same node must not lose its registration to its dying predecessor.
 	written map[string]string
+	// templates: the node's builds of AirlockTemplates.
+	templates templates
 }
 
 // Register makes the node known to the cluster: it fails, changing
 // nothing, if the API server cannot be reached, lacks Airlock's
 // resources, or a live node of another name has the same IDPrefix.
 func Register(ctx context.Context, client dynamic.Interface, cfg NodeConfig) (*Node, error) {
-	n := &Node{cfg: cfg, client: client, applied: map[string]int{}, written: map[string]string{}}
+	n := &Node{cfg: cfg, client: client, applied: map[string]int{}, written: map[string]string{},
+		templates: templates{builds: map[string]*templateBuild{}}}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := n.checkPrefix(ctx); err != nil {
@@ -153,8 +158,9 @@ func (n *Node) renew(ctx context.Context) error {
 }
 
 // Run keeps the registration true until ctx ends: it renews the Lease,
-// makes the node's pools what the AirlockPools say, and publishes the
-// node's load when it changes. Then it removes the node's Lease and
+// makes the node's pools what the AirlockPools say, builds the
+// AirlockTemplates, and publishes the node's load and builds when they
+// change. Then it removes the node's Lease and
 // AirlockNode, so that routers stop sending to it at once rather than
 // when the Lease runs out.
 func (n *Node) Run(ctx context.Context) {
@@ -166,11 +172,14 @@ func (n *Node) Run(ctx context.Context) {
 		default:
 		}
 	}
-	pools.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, DeleteFunc: poke,
-		UpdateFunc: func(_, obj any) { poke(obj) },
-	})
-	go pools.Run(ctx.Done())
+	tmpls := newInformer(n.client.Resource(templatesResource).Namespace(n.cfg.Namespace))
+	for _, inf := range []cache.SharedIndexInformer{pools, tmpls} {
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: poke, DeleteFunc: poke,
+			UpdateFunc: func(_, obj any) { poke(obj) },
+		})
+		go inf.Run(ctx.Done())
+	}
 
 	renew := time.NewTicker(LeaseDuration / 3)
 	defer renew.Stop()
@@ -193,6 +202,11 @@ func (n *Node) Run(ctx context.Context) {
 		// Each second, and at once when an AirlockPool changed: a size
 		// the node did not take is tried again.
 		n.applyPools(ctx, wantedPools(pools.GetStore()))
+		// Only once the informer has listed them: an empty store before
+		// that would remove every template built for an AirlockTemplate.
+		if tmpls.HasSynced() {
+			n.applyTemplates(ctx, tmpls.GetStore())
+		}
 		st, err := n.cfg.Local.status(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -200,6 +214,7 @@ func (n *Node) Run(ctx context.Context) {
 			}
 			continue
 		}
+		st.Templates = n.templates.statuses()
 		if published != nil && reflect.DeepEqual(*published, st) {
 			continue
 		}

@@ -250,6 +250,19 @@ export async function startCluster({ nodes = 3, poolSize = 1 } = {}) {
     kubeconfig(join(dir, 'node.kubeconfig'), c.server, await tokenOf('airlock-node'))
     kubeconfig(join(dir, 'router.kubeconfig'), c.server, await tokenOf('airlock-router'))
 
+    // A registry on the bridge, for AirlockTemplates' images (tests/mkimage:
+    // busybox:latest); the nodes may pull from this private address.
+    // (It serves until its standard input ends: kept open, a pipe.)
+    procs.push(c.registryProc = started(join(repo, 'bin/mkimage'), ['-listen', `${net}.1:0`], { stdio: ['pipe', 'pipe', 'pipe'] }))
+    for (let k = 0; ; k++) {
+      const m = c.registryProc.log.match(/REGISTRY=(\S+)/)
+      if (m) { c.registry = m[1]; break }
+      if (c.registryProc.exitCode !== null) throw new Error(`mkimage exited:\n${c.registryProc.log}`)
+      if (k > 300) throw new Error('mkimage did not start in 30 s')
+      await sleep(100)
+    }
+    writeFileSync(join(dir, 'node.json'), JSON.stringify({ builds: { privateRegistries: true } }))
+
     const env = { ...process.env, AIRLOCK_API_KEY: c.key }
     c.startNode = async (i) => {
       const n = c.nodes[i - 1] ?? { name: `node-${i}`, ns: `alk${tag}-n${i}`, addr: `${net}.${10 + i}:49982`, state: join(dir, `node-${i}`) }
@@ -258,7 +271,7 @@ export async function startCluster({ nodes = 3, poolSize = 1 } = {}) {
       // nsenter, not ip netns exec: that remounts /sys, hiding the cgroup
       // file systems the daemon makes sandboxes' cgroups in.
       n.proc = started('nsenter', [`--net=/run/netns/${n.ns}`, '--', airlockBin, 'serve',
-        '--listen', n.addr, '--state-dir', n.state, '--pool-size', String(poolSize),
+        '--listen', n.addr, '--state-dir', n.state, '--pool-size', String(poolSize), '--config', join(dir, 'node.json'),
         '--node-name', n.name, '--kubeconfig', join(dir, 'node.kubeconfig'), '--namespace', namespace], { env })
       procs.push(n.proc)
       for (let k = 0; ; k++) {

@@ -6,7 +6,9 @@ import assert from 'node:assert/strict'
 import { request as httpRequest } from 'node:http'
 import { Sandbox } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
-import { unavailable, startCluster, kustomizationFiles, objectsOf, api, ownerOf, namespace, sleep, stop } from './cluster-harness.mjs'
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { unavailable, startCluster, kustomizationFiles, objectsOf, api, ownerOf, namespace, manifests, sleep, stop } from './cluster-harness.mjs'
 
 const skip = unavailable() || false
 let c
@@ -30,13 +32,18 @@ function logs() {
 
 test('the manifests pass server-side dry run against the API server', { skip }, async () => {
   let n = 0
-  for (const f of kustomizationFiles()) {
+  // The kustomization's files in its order, then the examples beside it.
+  const files = kustomizationFiles()
+  for (const f of readdirSync(manifests)) {
+    if (f.endsWith('.yaml') && f !== 'kustomization.yaml' && !files.includes(join(manifests, f))) files.push(join(manifests, f))
+  }
+  for (const f of files) {
     for (const obj of objectsOf(f)) {
       await c.kube.apply(obj, { dryRun: true })
       n++
     }
   }
-  assert.ok(n >= 12, `only ${n} objects in the kustomization`)
+  assert.ok(n >= 14, `only ${n} objects in the manifests`)
   // Validation of the CRDs holds: a pool of a negative size is refused.
   await assert.rejects(c.kube.apply({
     apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockPool',
@@ -173,6 +180,56 @@ test('a pool size set with an AirlockPool takes effect on every node, and goes b
   const del = await c.kube.call('DELETE', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlockpools/base-pool`)
   assert.equal(del.status, 200)
   await waitFor((p) => p?.size === 1 && p.ready === 1, 'back to the configured size 1')
+})
+
+test('a template declared with an AirlockTemplate is built on every node, and removed with it', { skip }, async () => {
+  const tmpl = {
+    apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockTemplate',
+    metadata: { name: 'hello', namespace },
+    spec: { fromImage: `${c.registry}/busybox:latest`, steps: [{ type: 'RUN', args: ['echo built by the cluster > /srv/hello', 'root'] }] },
+  }
+  // The CRD refuses a template with two bases.
+  await assert.rejects(c.kube.apply({ ...tmpl, spec: { ...tmpl.spec, fromTemplate: 'base' } }, { dryRun: true }), /exactly one of fromImage and fromTemplate/)
+  await c.kube.apply(tmpl)
+  const phases = async () => {
+    const r = await c.kube.call('GET', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocknodes`)
+    return r.json.items.map((n) => [n.metadata.name, n.status?.templates?.find((t) => t.name === 'hello')])
+  }
+  for (let i = 0; ; i++) {
+    const p = await phases()
+    if (p.length === 3 && p.every(([, t]) => t?.phase === 'ready')) break
+    if (p.some(([, t]) => t?.phase === 'error')) assert.fail(`a build failed: ${JSON.stringify(p)}`)
+    if (i > 600) assert.fail(`not built on every node in 120 s: ${JSON.stringify(p)}\n${logs()}`)
+    await sleep(200)
+  }
+  // Sandboxes of it through the router (placed where one is ready), and
+  // straight from each node: every node has it.
+  for (let i = 0; i < 3; i++) {
+    const sb = await Sandbox.create('hello', { ...c.opts })
+    created.push(sb)
+    assert.equal((await sb.commands.run('cat /srv/hello')).stdout, 'built by the cluster\n')
+    await sb.kill()
+  }
+  for (const n of c.nodes) {
+    const sb = await Sandbox.create('hello', { ...c.opts, apiUrl: n.url, sandboxUrl: n.url })
+    created.push(sb)
+    assert.equal((await sb.commands.run('cat /srv/hello')).stdout, 'built by the cluster\n', n.name)
+    await sb.kill()
+  }
+
+  const del = await c.kube.call('DELETE', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocktemplates/hello`)
+  assert.equal(del.status, 200)
+  for (let i = 0; ; i++) {
+    const p = await phases()
+    const r = await api(c, c.url, '/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'hello' }) })
+    if (p.every(([, t]) => !t) && r.status === 400) {
+      assert.match(r.json.message, /hello/)
+      break
+    }
+    if (r.status === 201) created.push({ kill: () => api(c, c.url, `/sandboxes/${r.json.sandboxID}`, { method: 'DELETE' }) })
+    if (i > 300) assert.fail(`the template outlived its AirlockTemplate: ${JSON.stringify(p)} ${r.status}`)
+    await sleep(200)
+  }
 })
 
 test('a node that dies takes its sandboxes with it: 404 within seconds, the others keep working', { skip }, async () => {

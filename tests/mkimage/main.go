@@ -31,8 +31,9 @@ import (
 
 func main() {
 	root := flag.String("root", "", "a root file system to serve as debian:latest")
+	listen := flag.String("listen", "127.0.0.1:0", "address to serve the registry at (a test's own: loopback, or a bridge it made)")
 	flag.Parse()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)
 	}
