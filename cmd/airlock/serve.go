@@ -30,9 +30,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
-	"github.com/airlock-sandbox/airlock/internal/nodeid"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandboxid"
 )
 
 func serveCmd(args []string) error {
@@ -101,7 +101,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	if node.name != "" {
-		mcfg.IDPrefix = nodeid.Prefix(node.name)
+		mcfg.IDPrefix = sandboxid.NodePrefix(node.name)
 	}
 	if cfg.AllowRequestBackend {
 		for _, name := range []string{"namespaces", "gvisor"} {

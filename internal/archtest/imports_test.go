@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console",
-		"internal/clusterbin", "internal/nodeid"},
+		"internal/clusterbin", "internal/sandboxid"},
 	// A cluster on Kubernetes: the only binary that links client-go.
 	"cmd/airlock-cluster": {"internal/cluster", "internal/console"},
 	"tests/netlab":        {"internal/nettest"},
@@ -50,8 +50,8 @@ var allowed = map[string][]string{
 	"internal/clusterbin": {},
 	// The router and a node's registration, over the API server and the
 	// nodes' own APIs: it knows no other package of the daemon.
-	"internal/cluster":             {"internal/nodeid"},
-	"internal/nodeid":              {},
+	"internal/cluster":             {"internal/sandboxid"},
+	"internal/sandboxid":           {},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 
@@ -72,7 +72,7 @@ var allowed = map[string][]string{
 
 	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto"},
 	"internal/config":  {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
-	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image"},
+	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.
 	"internal/build":       {"internal/agentproto", "internal/image", "internal/layout", "internal/policy"},

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/airlock-sandbox/airlock/internal/nodeid"
+	"github.com/airlock-sandbox/airlock/internal/sandboxid"
 )
 
 // Group and Version of Airlock's custom resources (deploy/kubernetes).
@@ -42,12 +42,12 @@ var (
 const LeaseDuration = 10 * time.Second
 
 // IDPrefix is what the ids of node's sandboxes begin with after their
-// "i" (nodeid.Prefix). A node refuses to register while a live node of
-// another name has the same prefix.
-func IDPrefix(node string) string { return nodeid.Prefix(node) }
+// "i" (sandboxid.NodePrefix). A node refuses to register while a live
+// node of another name has the same prefix.
+func IDPrefix(node string) string { return sandboxid.NodePrefix(node) }
 
 // prefixOf is the node prefix of sandbox id, "" if id is no sandbox id.
-func prefixOf(id string) string { return nodeid.Of(id) }
+func prefixOf(id string) string { return sandboxid.NodeOf(id) }
 
 // Client connects to the API server: with the kubeconfig at path, or,
 // when path is "", with the pod's service account (in a cluster).

@@ -111,8 +111,8 @@ func (n *Node) checkPrefix(ctx context.Context) error {
 	}
 	mine := IDPrefix(n.cfg.Name)
 	for _, other := range list.Items {
-		p, _, _ := unstructured.NestedString(other.Object, "spec", "idPrefix")
-		if other.GetName() == n.cfg.Name || p != mine {
+		// As routers do: from the name, whatever its record says.
+		if other.GetName() == n.cfg.Name || IDPrefix(other.GetName()) != mine {
 			continue
 		}
 		lease, err := n.leases().Get(ctx, other.GetName(), metav1.GetOptions{})

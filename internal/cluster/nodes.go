@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,6 +18,12 @@ import (
 // itself saw of each node since.
 type nodeSet struct {
 	nodes, leases cache.SharedIndexInformer
+	// known: every registered node as its objects say, parsed when they
+	// change rather than at each request (every request of every sandbox
+	// looks its node up). rebuildMu orders the rebuilds of the two
+	// informers' events, so that the last stored read the newest objects.
+	known     atomic.Pointer[[]known]
+	rebuildMu sync.Mutex
 
 	mu sync.Mutex
 	// failedAt: when a connection to the node last failed. A node is
@@ -38,6 +46,12 @@ type node struct {
 	Ready     map[string]int `json:"ready"` // ready pooled sandboxes by template
 }
 
+// known is a registered node with its Lease's times.
+type known struct {
+	node
+	expires, renewed time.Time
+}
+
 func newNodeSet(client dynamic.Interface, namespace string) *nodeSet {
 	return &nodeSet{
 		nodes:    newInformer(client.Resource(nodesResource).Namespace(namespace)),
@@ -49,23 +63,29 @@ func newNodeSet(client dynamic.Interface, namespace string) *nodeSet {
 // start runs the informers until ctx ends, and waits until they have
 // listed what exists.
 func (s *nodeSet) start(ctx context.Context) error {
-	go s.nodes.Run(ctx.Done())
-	go s.leases.Run(ctx.Done())
+	s.known.Store(&[]known{})
+	changed := func(any) { s.rebuild() }
+	for _, inf := range []cache.SharedIndexInformer{s.nodes, s.leases} {
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: changed, DeleteFunc: changed,
+			UpdateFunc: func(_, obj any) { changed(obj) },
+		})
+		go inf.Run(ctx.Done())
+	}
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if !cache.WaitForCacheSync(wait.Done(), s.nodes.HasSynced, s.leases.HasSynced) {
 		return fmt.Errorf("could not list AirlockNodes and Leases from the API server in 30 s (are Airlock's CRDs installed, and may this identity list them?)")
 	}
+	s.rebuild()
 	return nil
 }
 
-// live lists the nodes whose Lease runs and to which no connection
-// failed since they last renewed it.
-func (s *nodeSet) live() []node {
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []node
+// rebuild parses the nodes that have an address and a Lease.
+func (s *nodeSet) rebuild() {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	var all []known
 	for _, obj := range s.nodes.GetStore().List() {
 		u := obj.(*unstructured.Unstructured)
 		l, ok, _ := s.leases.GetStore().GetByKey(u.GetNamespace() + "/" + u.GetName())
@@ -73,13 +93,9 @@ func (s *nodeSet) live() []node {
 			continue
 		}
 		lease := l.(*unstructured.Unstructured)
-		if !leaseExpiry(lease).After(now) {
-			continue
-		}
+		k := known{expires: leaseExpiry(lease)}
 		renewed, _, _ := unstructured.NestedString(lease.Object, "spec", "renewTime")
-		if t, err := time.Parse(time.RFC3339Nano, renewed); err == nil && s.failedAt[u.GetName()].After(t) {
-			continue
-		}
+		k.renewed, _ = time.Parse(time.RFC3339Nano, renewed)
 		n := node{Name: u.GetName(), Ready: map[string]int{}}
 		n.Address, _, _ = unstructured.NestedString(u.Object, "spec", "address")
 		// The prefix is computed, not read: a node's record cannot claim
@@ -95,13 +111,38 @@ func (s *nodeSet) live() []node {
 			r, _ := m["ready"].(int64)
 			n.Ready[t] = int(r)
 		}
-		for t, k := range s.sent[n.Name] {
-			n.Sandboxes += k
-			n.Ready[t] = max(0, n.Ready[t]-k)
-		}
 		if n.Address != "" {
-			out = append(out, n)
+			k.node = n
+			all = append(all, k)
 		}
+	}
+	s.known.Store(&all)
+}
+
+// alive reports whether k's Lease runs and no connection to it failed
+// since it last renewed it. s.mu is held.
+func (s *nodeSet) alive(k *known, now time.Time) bool {
+	return k.expires.After(now) && !s.failedAt[k.Name].After(k.renewed)
+}
+
+// live lists the live nodes, each with the creates sent to it that its
+// status does not count yet: its own copy, for placement to sort.
+func (s *nodeSet) live() []node {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []node
+	for _, k := range *s.known.Load() {
+		if !s.alive(&k, now) {
+			continue
+		}
+		n := k.node
+		n.Ready = maps.Clone(k.Ready)
+		for t, c := range s.sent[n.Name] {
+			n.Sandboxes += c
+			n.Ready[t] = max(0, n.Ready[t]-c)
+		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -112,9 +153,12 @@ func (s *nodeSet) byID(id string) (node, bool) {
 	if p == "" {
 		return node{}, false
 	}
-	for _, n := range s.live() {
-		if n.Prefix == p {
-			return n, true
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range *s.known.Load() {
+		if k.Prefix == p && s.alive(&k, now) {
+			return k.node, true
 		}
 	}
 	return node{}, false

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
+
+	"github.com/airlock-sandbox/airlock/internal/sandboxid"
 )
 
 // Router is the E2B-compatible entry point of a cluster: stateless, any
@@ -152,29 +154,11 @@ func (rt *Router) authorized(r *http.Request) bool {
 	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(rt.key)) == 1
 }
 
-// sandboxHost reads {port}-{sandboxID}.{domain} as the nodes do: case
-// aside, and whatever the domain's port (a proxy in front may listen
-// elsewhere).
+// sandboxHost reads {port}-{sandboxID}.{domain} as the nodes do; an
+// id that names no node is no sandbox's.
 func (rt *Router) sandboxHost(host string) (port, id string, ok bool) {
-	label, rest, found := strings.Cut(strings.ToLower(host), ".")
-	if !found {
-		return "", "", false
-	}
-	if h, _, err := net.SplitHostPort(rest); err == nil {
-		rest = h
-	}
-	domain := strings.ToLower(rt.domain)
-	if h, _, err := net.SplitHostPort(domain); err == nil {
-		domain = h
-	}
-	if rest != domain {
-		return "", "", false
-	}
-	port, id, found = strings.Cut(label, "-")
-	if !found || port == "" || strings.Trim(port, "0123456789") != "" || prefixOf(id) == "" {
-		return "", "", false
-	}
-	return port, id, true
+	port, id, ok = sandboxid.ParseHost(host, rt.domain)
+	return port, id, ok && prefixOf(id) != ""
 }
 
 // toSandbox passes r to the node of its sandbox; a sandbox whose node is

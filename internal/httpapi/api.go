@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandboxid"
 )
 
 // Server serves the API.
@@ -881,28 +881,9 @@ func (s *Server) awake(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandb
 }
 
 // sandboxHost reads a host of the form {port}-{sandboxID}.{domain}, as
-// the SDKs' getHost builds it. The domain's port, if any, need not match:
-// a proxy in front may listen elsewhere.
+// the SDKs' getHost builds it (sandboxid.ParseHost, as routers do).
 func (s *Server) sandboxHost(host string) (port, id string, ok bool) {
-	label, rest, found := strings.Cut(strings.ToLower(host), ".")
-	if !found || s.domain == "" {
-		return "", "", false
-	}
-	if h, _, err := net.SplitHostPort(rest); err == nil {
-		rest = h
-	}
-	domain := strings.ToLower(s.domain)
-	if h, _, err := net.SplitHostPort(domain); err == nil {
-		domain = h
-	}
-	if rest != domain {
-		return "", "", false
-	}
-	port, id, found = strings.Cut(label, "-")
-	if !found || port == "" || id == "" || strings.Trim(port, "0123456789") != "" {
-		return "", "", false
-	}
-	return port, id, true
+	return sandboxid.ParseHost(host, s.domain)
 }
 
 type sandboxKey struct{}
