@@ -493,6 +493,36 @@ func Load(name string) *Cgroup {
 // OCI spec's linux.cgroupsPath.
 func (c *Cgroup) Path() string { return "/" + c.name }
 
+// Holds reports whether process pid is in the cgroup or below it: in its
+// memory hierarchy on v1 (every sandbox has one), in the unified one on v2.
+func (c *Cgroup) Holds(pid int) (bool, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false, err
+	}
+	return holds(string(data), c.Path(), Unified()), nil
+}
+
+// holds reports whether the /proc/PID/cgroup text self places its process
+// in cgroup path or below.
+func holds(self, path string, unified bool) bool {
+	for line := range strings.Lines(self) {
+		// hierarchy-ID:controller-list:cgroup-path
+		parts := strings.SplitN(strings.TrimSuffix(line, "\n"), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		mine := unified && parts[0] == "0" && parts[1] == ""
+		if !unified {
+			mine = slices.Contains(strings.Split(parts[1], ","), "memory")
+		}
+		if mine {
+			return parts[2] == path || strings.HasPrefix(parts[2], path+"/")
+		}
+	}
+	return false
+}
+
 // Enter arranges for a sandbox's first process to be in the cgroup before
 // it runs user code: on v2 by setting CLONE_INTO_CGROUP in attr; on v1 by
 // returning the "tasks" files that process writes itself into (v1 has no

@@ -51,3 +51,27 @@ func TestCgroupV2Files(t *testing.T) {
 		t.Errorf("stats without memory.peak: %+v %v, want %+v", st, err, want)
 	}
 }
+
+func TestHolds(t *testing.T) {
+	v1 := "12:pids:/airlock-ab\n4:memory:/airlock-ab/sub\n3:cpu,cpuacct:/\n0::/\n"
+	v1Other := "4:memory:/airlock-abc\n0::/airlock-ab\n"
+	v2 := "0::/airlock-ab\n"
+	for _, c := range []struct {
+		self    string
+		unified bool
+		want    bool
+	}{
+		{v1, false, true},
+		{v1Other, false, false}, // a prefix of another name is not its parent
+		{v1Other, true, true},
+		{v2, true, true},
+		{v2, false, false}, // no memory hierarchy named
+		{"0::/airlock-ab-x\n", true, false},
+		{"garbage", true, false},
+		{"", false, false},
+	} {
+		if got := holds(c.self, "/airlock-ab", c.unified); got != c.want {
+			t.Errorf("holds(%q, unified %v) = %v, want %v", c.self, c.unified, got, c.want)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -23,22 +22,17 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandboxbin"
 )
 
-// Inside a gVisor sandbox the agent cannot be handed a host socket as a
-// file descriptor; it listens on a unix socket in a host directory bound
-// into the sandbox (runsc --host-uds=create), one directory per sandbox,
-// which only root can reach on the host.
-const (
-	agentRunDir = layout.CodeDir + "/run"
-)
+// agentRunDir is where a sandbox has its agent's directory (agentdir.go).
+const agentRunDir = layout.CodeDir + "/run"
 
 // agentSandbox is a long-lived gVisor sandbox running the agent.
 type agentSandbox struct {
-	be     *Backend
-	runsc  string
-	log    *slog.Logger
-	b      *bundle
-	runDir string
-	run    *exec.Cmd
+	be    *Backend
+	runsc string
+	log   *slog.Logger
+	b     *bundle
+	agent *agentDir
+	run   *exec.Cmd
 	// failure is what runsc said if it failed; read after done.
 	failure *runscFailure
 	done    chan struct{}
@@ -85,16 +79,16 @@ func (be *Backend) prepare(ctx context.Context, p policy.Policy, netns *os.File)
 		return nil, err
 	}
 	b.netns = netns
-	s, err := be.newAgentSandbox(b)
+	s, err := be.newAgentSandbox(b, p.Root)
 	if err != nil {
 		b.remove("")
 		return nil, err
 	}
-	p.Env = append(p.Env, agentproto.SocketEnv+"="+agentRunDir+"/agent.sock")
+	p.Env = append(p.Env, agentproto.SocketEnv+"="+agentRunDir+"/"+agentSocket)
 	spec := &backend.Spec{Policy: p, Argv: []string{layout.AgentPath, agentproto.AgentArg}, NetNS: netns}
 	mounts := []specs.Mount{
 		{Destination: layout.AgentPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		{Destination: agentRunDir, Type: "bind", Source: s.runDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		{Destination: agentRunDir, Type: "bind", Source: s.agent.path, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 	}
 	if p.Root { // a root, so sudo (agent/sudo.go)
 		mounts = append(mounts, specs.Mount{Destination: layout.SudoPath, Type: "bind", Source: self, Options: []string{"bind", "ro", "nosuid", "nodev"}})
@@ -106,20 +100,22 @@ func (be *Backend) prepare(ctx context.Context, p policy.Policy, netns *os.File)
 	return s, nil
 }
 
-// newAgentSandbox is the sandbox of bundle b, with its agent's directory.
-func (be *Backend) newAgentSandbox(b *bundle) (*agentSandbox, error) {
-	s := &agentSandbox{be: be, runsc: be.runsc, log: be.log, b: b, runDir: filepath.Join(be.stateDir, "agents", b.id), failure: &runscFailure{}, done: make(chan struct{})}
-	// The agent, the sandbox's uid 1000, creates its socket in runDir; on
-	// the host that uid is 1000 too (gVisor's gofer does not remap), and
-	// runDir sits in root's 0700 state directory, out of any host user's
-	// reach.
-	if err := os.MkdirAll(s.runDir, 0o700); err != nil {
+// newAgentSandbox is the sandbox of bundle b, with its agent's directory,
+// whose owner is the agent's uid: the sandbox's root where it has one
+// (then code as user cannot put a socket of its own in the agent's place),
+// else user. The directory sits in root's 0700 state directory, out of
+// any host user's reach.
+func (be *Backend) newAgentSandbox(b *bundle, root bool) (*agentSandbox, error) {
+	uid := layout.UID
+	if root {
+		uid = 0
+	}
+	d, err := makeAgentDir(b.agentDir(), uid, b.cg.Holds)
+	if err != nil {
 		return nil, err
 	}
-	if err := os.Chown(s.runDir, layout.UID, layout.GID); err != nil {
-		return nil, err
-	}
-	return s, nil
+	b.agent = d
+	return &agentSandbox{be: be, runsc: be.runsc, log: be.log, b: b, agent: d, failure: &runscFailure{}, done: make(chan struct{})}, nil
 }
 
 // start runs the sandbox with runsc's command (run, or restore with its
@@ -159,14 +155,13 @@ func (s *agentSandbox) start(command string, flags ...string) error {
 }
 
 // Dial connects to the agent, waiting for it to listen (it starts after
-// the sandbox does).
+// the sandbox does). It never follows what is in the socket's place
+// (agentdir.go): anything but the agent's socket there is an error at once.
 func (s *agentSandbox) Dial(ctx context.Context) (net.Conn, error) {
-	sock := filepath.Join(s.runDir, "agent.sock")
 	for {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", sock)
-		if err == nil {
-			return c, nil
+		c, err := s.agent.dial(ctx)
+		if err == nil || errors.Is(err, errNotAgentSocket) {
+			return c, err
 		}
 		select {
 		case <-ctx.Done():

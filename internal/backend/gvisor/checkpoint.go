@@ -119,9 +119,8 @@ func (be *Backend) Clone(ctx context.Context, dir string, p policy.Policy) (back
 // awaitAgentRelease waits for the agent, asked to let go of its host
 // socket (gVisor cannot save a socket bound on the host), to remove it.
 func (s *agentSandbox) awaitAgentRelease(ctx context.Context) error {
-	sock := filepath.Join(s.runDir, "agent.sock")
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := os.Stat(sock); errors.Is(err, fs.ErrNotExist) {
+		if s.agent.absent() {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -135,10 +134,9 @@ func (s *agentSandbox) awaitAgentRelease(ctx context.Context) error {
 // sent once the container takes signals (each try is a runsc process:
 // they back off). Once it listens, listening runs, if set.
 func (s *agentSandbox) awaken(listening func()) {
-	sock := filepath.Join(s.runDir, "agent.sock")
 	signalled := false
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
+		if s.agent.listening() {
 			if listening != nil {
 				listening()
 			}
@@ -197,7 +195,7 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 			return nil, fmt.Errorf("the image's layers: %w", err)
 		}
 	}
-	s, err := be.newAgentSandbox(b)
+	s, err := be.newAgentSandbox(b, p.Root)
 	if err != nil {
 		b.release("")
 		return nil, err

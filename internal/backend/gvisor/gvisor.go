@@ -224,7 +224,12 @@ type bundle struct {
 	// gVisor's writable layer of overlay bytes.
 	image   bool
 	overlay int64
+	// agent: the agent's directory (agentdir.go) of an agent sandbox.
+	agent *agentDir
 }
+
+// agentDir is where the bundle's agent directory is mounted.
+func (b *bundle) agentDir() string { return filepath.Join(b.stateDir, "agents", b.id) }
 
 // tmpfsBytes is the size of each of a sandbox's two writable file
 // systems: /tmp, and its home or its image root's writable layer.
@@ -315,9 +320,13 @@ func (b *bundle) release(runsc string) error {
 	}
 	// Before the bundle is removed: its rootfs may be an image's layers.
 	errs = append(errs, b.unmountRoot())
+	if b.agent != nil {
+		b.agent.close()
+	}
 	err := errors.Join(errs...)
 	if err == nil {
-		os.RemoveAll(filepath.Join(b.stateDir, "agents", b.id))
+		// Once nothing of the sandbox runs: its gofer serves the directory.
+		err = removeAgentDir(b.agentDir())
 	}
 	if b.lock != nil {
 		b.lock.Close()
