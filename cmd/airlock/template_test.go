@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
@@ -352,5 +353,62 @@ func TestServeBuildRefusals(t *testing.T) {
 	}
 	if code, _ := s.do(t, "POST", "/v3/templates", map[string]any{"name": "x"}, nil); code != 401 {
 		t.Errorf("a build without the API key: %d", code)
+	}
+}
+
+// A build's layer is read back through a pipe with the store's budget: a
+// RUN step's sparse files, which gVisor serializes at their full size,
+// never land on the host first. The state directory is a small tmpfs of
+// the test's, whose use is watched throughout the build.
+func TestBuildLayerCannotFillTheHostGVisor(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	if os.Getenv("AIRLOCK_RUNSC") == "" {
+		t.Skip("AIRLOCK_RUNSC is not set (make test builds runsc)")
+	}
+	state := t.TempDir()
+	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=256m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(state, unix.MNT_DETACH) })
+	importImage(t, state, "bb", busybox(t))
+	cfg := filepath.Join(t.TempDir(), "airlock.json")
+	os.WriteFile(cfg, []byte(`{"builds": {"network": "none", "disk": "32M", "memory": "256M"}}`), 0o644)
+	used := func() int64 {
+		var st unix.Statfs_t
+		unix.Statfs(state, &st)
+		return int64(st.Blocks-st.Bfree) * st.Bsize
+	}
+	s := startServe(t, state, "--backend", "gvisor", "--pool-size", "0", "--config", cfg)
+	defer s.stop(t)
+	key := map[string]string{"X-API-KEY": s.key}
+	code, body := s.do(t, "POST", "/v3/templates", map[string]any{"name": "sparse"}, key)
+	var req struct{ BuildID string }
+	if json.Unmarshal(body, &req); code != 202 {
+		t.Fatalf("request a build: %d %s", code, body)
+	}
+	// Twelve files of 30 MB each, of nothing: 360 MB serialized.
+	steps := []any{map[string]any{"type": "RUN", "args": []string{"for i in 1 2 3 4 5 6 7 8 9 10 11 12; do dd if=/dev/zero of=/home/user/s$i bs=1048576 count=0 seek=30 || exit; done"}}}
+	before := used()
+	if code, body := s.do(t, "POST", "/v2/templates/sparse/builds/"+req.BuildID, map[string]any{"fromTemplate": "bb", "steps": steps}, key); code != 202 {
+		t.Fatalf("start the build: %d %s", code, body)
+	}
+	var st struct {
+		Status string
+		Reason struct{ Message, Step string }
+	}
+	peak := before
+	for i := 0; i < 6000 && st.Status != "error" && st.Status != "ready"; i++ {
+		time.Sleep(5 * time.Millisecond)
+		peak = max(peak, used())
+		if i%20 == 0 {
+			_, body := s.do(t, "GET", "/templates/sparse/builds/"+req.BuildID+"/status", nil, key)
+			json.Unmarshal(body, &st)
+		}
+	}
+	if st.Status != "error" || st.Reason.Step != "finalize" {
+		t.Errorf("a layer of 360 MB under a 32 MB budget: %+v", st)
+	}
+	if grew := peak - before; grew > 64<<20 {
+		t.Errorf("the state directory grew by %d MiB during the build", grew>>20)
 	}
 }

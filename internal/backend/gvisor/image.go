@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -209,21 +210,48 @@ var exportSkip = []string{"dev", "proc", "tmp", layout.CodeDir[1:], layout.SudoP
 // ExportRoot writes what the sandbox changed of its image's root, gVisor's
 // writable layer, as an OCI layer: runsc serializes it (whiteouts as 0:0
 // devices, opaque directories as an xattr), which becomes OCI's form here.
+//
+// runsc writes it into a pipe, never a host file: it writes every file at
+// its full size, sparse or not, so a layer of a few sparse files would
+// fill the host's disk before anything read it (1 GiB came of a 64 MiB
+// layer). What reads w stops at its budget, and runsc then fails on the
+// closed pipe. The pipe is runsc's fd 3: its stdout carries more than the
+// archive.
 func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	if !s.b.image {
 		return errors.New("the sandbox's root is not an image's")
 	}
-	// To a file: runsc's stdout carries more than the archive.
-	file := filepath.Join(s.b.dir, "upper.tar")
-	defer os.Remove(file)
-	cmd := exec.CommandContext(ctx, s.runsc, append(s.b.runscArgs(), "tar", "rootfs-upper", "--file", file, s.b.id)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("runsc tar rootfs-upper: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	f, err := os.Open(file)
+	r, pw, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	return ocilayer.FromOverlayTar(w, f, exportSkip)
+	defer r.Close()
+	cmd := exec.CommandContext(ctx, s.runsc, append(s.b.runscArgs(), "tar", "rootfs-upper", "--file", "/proc/self/fd/3", s.b.id)...)
+	cmd.ExtraFiles = []*os.File{pw}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return fmt.Errorf("runsc tar rootfs-upper: %w", err)
+	}
+	convErr := ocilayer.FromOverlayTar(w, r, exportSkip)
+	if convErr == nil {
+		// The archive's padding, to the end of what runsc writes.
+		if n, _ := io.Copy(io.Discard, io.LimitReader(r, 1<<20)); n == 1<<20 {
+			convErr = errors.New("the sandbox's layer: more data after the archive's end")
+		}
+	}
+	if convErr != nil {
+		// Read no further: runsc's writes fail, and it ends.
+		r.Close()
+		cmd.Process.Kill()
+	}
+	if err := cmd.Wait(); err != nil && convErr == nil {
+		// A runsc that failed part way may have written an archive's
+		// worth of nothing: what was read counts for nothing.
+		return fmt.Errorf("runsc tar rootfs-upper: %v: %s", err, firstLine(out.Bytes()))
+	}
+	return convErr
 }
