@@ -178,3 +178,42 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 		t.Errorf("the agent directory took %d files, want fewer than 8", made)
 	}
 }
+
+// An agent directory whose bundle is gone (a crash between the two
+// removals) is unmounted and removed by the next Cleanup; one whose
+// bundle lives stays.
+func TestCleanupRemovesOrphanAgentDirs(t *testing.T) {
+	be := testBackend(t)
+	be.stateDir = t.TempDir()
+	orphan := filepath.Join(be.stateDir, "agents", "0123456789abcdef")
+	d, err := makeAgentDir(orphan, 1000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.close()
+	p := backendtest.TestPolicy()
+	live, err := be.newBundle(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.remove("") })
+	if live.agent, err = makeAgentDir(live.agentDir(), 1000, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Cleanup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("the orphan agent directory is still there: %v", err)
+	}
+	if !live.agent.absent() {
+		t.Error("absent() of an empty directory is false")
+	}
+	if _, err := os.Stat(live.agentDir()); err != nil {
+		t.Errorf("a live sandbox's agent directory was removed: %v", err)
+	}
+	live.remove("")
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), be.stateDir) {
+		t.Errorf("mounts under the state directory left on the host")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -642,6 +643,16 @@ func (be *Backend) Cleanup(context.Context) error {
 		}
 		if err := b.remove(be.runsc); err != nil {
 			errs = append(errs, fmt.Errorf("leftover gVisor sandbox %s: %w", b.id, err))
+		}
+	}
+	// Agent directories whose bundle is gone: their unmount failed when
+	// it was removed. (A bundle is made before its agent directory.)
+	agents, _ := os.ReadDir(filepath.Join(be.stateDir, "agents"))
+	for _, e := range agents {
+		if _, err := os.Lstat(filepath.Join(be.stateDir, "bundles", e.Name())); errors.Is(err, fs.ErrNotExist) {
+			if err := removeAgentDir(filepath.Join(be.stateDir, "agents", e.Name())); err != nil {
+				errs = append(errs, fmt.Errorf("leftover agent directory %s: %w", e.Name(), err))
+			}
 		}
 	}
 	// Half-built copies of /etc (etcDir) whose builder died.
