@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Files keeps the uploads of COPY steps (tar archives of the files, as
@@ -276,7 +277,7 @@ func (f *Files) PutContext(ctxDir, src string) (string, error) {
 			if size += fi.Size(); size > f.limit {
 				return fmt.Errorf("%w: at most %d bytes", ErrTooLarge, f.limit)
 			}
-			file, err := root.Open(p)
+			file, err := openListed(root, p, fi)
 			if err != nil {
 				return err
 			}
@@ -301,4 +302,20 @@ func (f *Files) PutContext(ctxDir, src string) (string, error) {
 		return "", err
 	}
 	return hash, nil
+}
+
+// openListed opens p of root, which a walk listed as the regular file fi,
+// without blocking (a FIFO put in its place since would hang the build)
+// and checks that it still is that file: a build context may be a
+// directory that a sandbox wrote.
+func openListed(root *os.Root, p string, fi fs.FileInfo) (*os.File, error) {
+	file, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if now, err := file.Stat(); err != nil || !os.SameFile(fi, now) || !now.Mode().IsRegular() {
+		file.Close()
+		return nil, fmt.Errorf("%s changed while it was read", p)
+	}
+	return file, nil
 }
