@@ -68,6 +68,10 @@ func TestBadInput(t *testing.T) {
 	dir := t.TempDir()
 	txt := filepath.Join(dir, "notes.txt")
 	os.WriteFile(txt, []byte("x"), 0o644)
+	// A mount source reached through a symlink, as an earlier sandbox with
+	// the parent read-write could have left it: refused on both backends.
+	os.Mkdir(filepath.Join(dir, "real"), 0o755)
+	os.Symlink("real", filepath.Join(dir, "link"))
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -88,6 +92,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "--lang", "cobol", "--code", "x"}, `unknown language "cobol"`},
 		{[]string{"run", "--mount", "/nonexistent-airlock-src:/data", "--", "true"}, "mount source /nonexistent-airlock-src does not exist"},
 		{[]string{"run", "--mount", dir + ":/proc", "--", "true"}, "is reserved by the sandbox"},
+		{[]string{"run", "--mount", dir + "/link:/data", "--", "true"}, "its path has a symbolic link"},
+		{[]string{"run", "--mount", dir + "/link/:/data:rw", "--backend", "gvisor", "--", "true"}, "its path has a symbolic link"},
 		{[]string{"run", "--mount", "nocolon", "--", "true"}, "is not SRC:DST"},
 		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "is not KEY=VALUE"},
 		{[]string{"run"}, "nothing to run"},

@@ -200,9 +200,11 @@ func CheckSpec(spec *Spec) error {
 		}
 	}
 	for _, m := range spec.Policy.Mounts {
-		if _, err := os.Stat(m.Source); err != nil {
-			return fmt.Errorf("mount source %s does not exist or is not accessible", m.Source)
+		f, err := OpenMountSource(m.Source)
+		if err != nil {
+			return err
 		}
+		f.Close()
 	}
 	return nil
 }

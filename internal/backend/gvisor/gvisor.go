@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -319,8 +320,9 @@ func (b *bundle) release(runsc string) error {
 	if b.cg != nil {
 		errs = append(errs, b.cg.Remove())
 	}
-	// Before the bundle is removed: its rootfs may be an image's layers.
-	errs = append(errs, b.unmountRoot())
+	// Before the bundle is removed: its rootfs may be an image's layers,
+	// and its host mounts are the host's directories.
+	errs = append(errs, b.unmountRoot(), b.unmountUserMounts())
 	if b.agent != nil {
 		b.agent.close()
 	}
@@ -463,13 +465,13 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 	if err != nil {
 		return err
 	}
-	for _, m := range append(code, userMounts(p)...) {
-		if err := os.MkdirAll(filepath.Join(root, m.Destination), 0o755); err != nil {
-			return err
-		}
-		mounts = append(mounts, m)
+	user, err := b.userMounts(p)
+	if err != nil {
+		return err
 	}
-	for _, m := range extra {
+	// Every source here is the daemon's own path (a host mount's is its
+	// clone in the bundle: userMounts).
+	for _, m := range append(append(code, user...), extra...) {
 		// A mount point of the source's kind: a file for a file.
 		dst := filepath.Join(root, m.Destination)
 		fi, err := os.Stat(m.Source)
@@ -566,17 +568,76 @@ func (b *bundle) codeMount(spec *backend.Spec) ([]specs.Mount, error) {
 	return []specs.Mount{{Destination: layout.CodeDir, Type: "bind", Source: dir, Options: []string{"rbind", "ro", "nosuid", "nodev"}}}, nil
 }
 
-// userMounts are the bind mounts of p's host paths.
-func userMounts(p *policy.Policy) []specs.Mount {
+// userMounts are the bind mounts of p's host paths. runsc resolves a
+// mount's source by its path, so each is given one of the bundle's, root's
+// alone: a clone of the source's tree, opened without following a symlink
+// (backend.CloneMount) and mounted at mounts/N in the bundle, where it
+// stays until release unmounts it.
+func (b *bundle) userMounts(p *policy.Policy) ([]specs.Mount, error) {
 	var mounts []specs.Mount
-	for _, m := range p.Mounts {
+	for i, m := range p.Mounts {
+		tree, err := backend.CloneMount(m, false)
+		if err != nil {
+			return nil, err
+		}
+		dst := filepath.Join(b.dir, bundleMounts, strconv.Itoa(i))
+		// A mount point of the source's kind: a file for a file.
+		var st unix.Stat_t
+		if err = unix.Fstat(int(tree.Fd()), &st); err == nil {
+			err = os.MkdirAll(filepath.Dir(dst), 0o700)
+		}
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = os.Mkdir(dst, 0o700)
+		} else if err == nil {
+			err = os.WriteFile(dst, nil, 0o600)
+		}
+		if err == nil {
+			err = unix.MoveMount(int(tree.Fd()), "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		}
+		tree.Close()
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+		}
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {
 			opts = append(opts, "ro")
 		}
-		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: dst, Options: opts})
 	}
-	return mounts
+	return mounts, nil
+}
+
+// bundleMounts is the bundle's directory of host mounts (userMounts).
+const bundleMounts = "mounts"
+
+// unmountUserMounts unmounts and removes the bundle's host mounts. Until
+// each mount point is gone the bundle is not removed: a removal would
+// reach into a host directory through it.
+func (b *bundle) unmountUserMounts() error {
+	dir := filepath.Join(b.dir, bundleMounts)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		mp := filepath.Join(dir, e.Name())
+		if err := unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount a host mount: %w", err)
+		}
+		// rmdir or unlink, never a removal of what it holds: each fails
+		// on a mount point, rmdir on a directory that is not empty.
+		rm := unix.Rmdir
+		if !e.IsDir() {
+			rm = func(p string) error { return unix.Unlinkat(unix.AT_FDCWD, p, 0) }
+		}
+		if err := rm(mp); err != nil {
+			return fmt.Errorf("remove a host mount point: %w", err)
+		}
+	}
+	return unix.Rmdir(dir)
 }
 
 // noCaps: no capability in any set, and none to be gained.
@@ -604,7 +665,11 @@ func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs
 	// mount one without a limit); the root's writable layer has its own.
 	mounts := []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmpfsBytes(p))}}}
-	mounts = append(append(append(mounts, userMounts(p)...), code...), extra...)
+	user, err := b.userMounts(p)
+	if err != nil {
+		return err
+	}
+	mounts = append(append(append(mounts, user...), code...), extra...)
 	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[2:])
 	if err != nil {
 		return err

@@ -123,3 +123,32 @@ func TestCleanupRemovesHalfMadeBundles(t *testing.T) {
 		t.Errorf("the live maker's bundle was removed: %v", err)
 	}
 }
+
+// Host mounts reach the sandbox as clones of their trees mounted in the
+// bundle (userMounts): read-only, read-write and a single file, and
+// nothing of them stays mounted, nor is anything of the host's removed,
+// once the sandbox is gone.
+func TestHostMounts(t *testing.T) {
+	dir := t.TempDir()
+	ro, rw, file := filepath.Join(dir, "ro"), filepath.Join(dir, "rw"), filepath.Join(dir, "file")
+	for _, d := range []string{ro, rw} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o777)
+	}
+	os.WriteFile(filepath.Join(ro, "in.txt"), []byte("data"), 0o644)
+	os.WriteFile(file, []byte("one file"), 0o644)
+	p := backendtest.TestPolicy()
+	p.Mounts = []policy.Mount{{Source: ro, Target: "/data", ReadOnly: true}, {Source: rw, Target: "/out"}, {Source: file, Target: "/one.txt", ReadOnly: true}}
+	o := sh(t, p, `cat /data/in.txt; echo; cat /one.txt; echo; touch /data/x 2>/dev/null && echo "wrote ro"; echo result > /out/r.txt`)
+	if o.ExitCode != 0 || o.stdout != "data\none file\n" {
+		t.Errorf("got %d %q (stderr %q)", o.ExitCode, o.stdout, o.stderr)
+	}
+	if got, _ := os.ReadFile(filepath.Join(rw, "r.txt")); string(got) != "result\n" {
+		t.Errorf("rw mount: host sees %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(ro, "in.txt")); string(got) != "data" {
+		t.Errorf("the ro mount's file after the sandbox: %q", got)
+	}
+}

@@ -403,7 +403,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 		mounts = append(slices.Clip(mounts), policy.Mount{Source: bin.Path, Target: target, ReadOnly: true})
 	}
 	cfg.Mounts = mounts
-	mountFiles, err := openMounts(mounts)
+	mountFiles, err := openMounts(mounts, len(p.Mounts))
 	handed = append(handed, mountFiles...)
 	if err != nil {
 		statusR.Close()
@@ -515,26 +515,19 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 }
 
 // openMounts clones each host path to mount as a detached mount tree,
-// with its final attributes. Host root opens them, so the path's parent
-// directories need not be open to the sandbox's unprivileged host uid; the
-// sandbox sees the tree itself with the permissions its files have.
-func openMounts(mounts []policy.Mount) ([]*os.File, error) {
+// with its final attributes (backend.CloneMount). Host root opens them,
+// so the path's parent directories need not be open to the sandbox's
+// unprivileged host uid; the sandbox sees the tree itself with the
+// permissions its files have. The first users are the policy's, whose
+// sources are never followed through a symlink; the rest the daemon's own.
+func openMounts(mounts []policy.Mount, users int) ([]*os.File, error) {
 	var files []*os.File
-	for _, m := range mounts {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	for i, m := range mounts {
+		f, err := backend.CloneMount(m, i >= users)
 		if err != nil {
-			return files, fmt.Errorf("mount source %s: %w", m.Source, err)
+			return files, err
 		}
-		files = append(files, os.NewFile(uintptr(fd), m.Source))
-		// Private: a clone keeps the host mount's shared propagation, and
-		// mounts made below it inside the sandbox would appear on the host.
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
-		if m.ReadOnly {
-			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-		}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-			return files, fmt.Errorf("mount %s: %w", m.Source, err)
-		}
+		files = append(files, f)
 	}
 	return files, nil
 }
