@@ -33,8 +33,8 @@ const h = {
   dir: mkdtempSync(join(tmpdir(), 'airlock-escape-')),
   marker: 'escmark' + randomBytes(6).toString('hex'),
 }
-let server, sbx, victim, tcp, unix, cliState, registry, rootBox
-const accepted = { tcp: 0, unix: 0 }
+let server, sbx, victim, tcp, unix, hostSock, cliState, registry, rootBox
+const accepted = { tcp: 0, unix: 0, hostSock: 0 }
 // Attacks per path: those that ran, and those of them that held.
 const ran = { api: 0, cli: 0, root: 0 }
 const stood = { api: 0, cli: 0, root: 0 }
@@ -81,6 +81,11 @@ before(async () => {
   h.abstract = 'airlock-escape-' + randomBytes(6).toString('hex')
   unix = createServer((c) => { accepted.unix++; c.destroy() })
   await new Promise((ok) => unix.listen('\0' + h.abstract, ok))
+  // A host socket by path, as a container runtime's is: the daemon (root)
+  // must never be made to dial it.
+  h.sock = join(h.dir, 'runtime.sock')
+  hostSock = createServer((c) => { accepted.hostSock++; c.destroy() })
+  await new Promise((ok) => hostSock.listen(h.sock, ok))
   // The daemon's environment holds the canary (and its API key).
   process.env.AIRLOCK_ESCAPE_CANARY = h.canary
   // The Debian image comes from a registry on loopback, which a server
@@ -116,6 +121,7 @@ after(async () => {
   victim.kill('SIGKILL')
   tcp.close()
   unix.close()
+  hostSock.close()
   rmSync(h.dir, { recursive: true, force: true })
   rmSync(cliState, { recursive: true, force: true })
   delete process.env.AIRLOCK_ESCAPE_CANARY
@@ -194,7 +200,7 @@ for fam, addr in ((socket.AF_INET, ("127.0.0.1", ${h.port})), (socket.AF_UNIX, "
         print("refused", fam, e)`),
     check: (out) => {
       held(out, 'CONNECTED')
-      assert.deepEqual(accepted, { tcp: 0, unix: 0 }, 'the host accepted no connection')
+      assert.deepEqual(accepted, { tcp: 0, unix: 0, hostSock: 0 }, 'the host accepted no connection')
     },
   },
   {
@@ -348,6 +354,33 @@ print("INT80_RETURNED", r, "pid", os.getpid())`) + '; echo "exit=$?"',
       mknod /tmp/sda b 8 0 && head -c 16 /tmp/sda >/dev/null && echo READ_MKNOD;
       mknod /tmp/mem c 1 1 && head -c 16 /tmp/mem >/dev/null && echo READ_MKNOD; true`,
     check: (out) => held(out, 'READ '),
+  },
+  {
+    name: "the agent's socket swapped for a link to a host socket: the daemon dials no host socket",
+    api: true,
+    fresh: true,
+    async attack(box) {
+      // On gVisor the agent listens in a directory the sandbox writes (the
+      // namespaces backend hands it a descriptor: there is nothing to swap).
+      // As user, and as root where there is a root (whose agent directory
+      // is root's: user cannot swap it there).
+      const tries = [[box, undefined]]
+      if (rootBox) tries.push([await Sandbox.create(rootTemplate), 'root'], [await Sandbox.create(rootTemplate), undefined])
+      try {
+        for (const [b, user] of tries) {
+          const swap = await b.commands.run(`cd /.airlock/run 2>/dev/null || exit 0; mv agent.sock moved && ln -s ${h.sock} agent.sock && echo SWAPPED;
+            ln -s ${h.sock} other.sock; mkfifo fifo; ls -la; true`, { user }).catch((e) => e)
+          if (gvisor && b === box) assert.match(swap.stdout, /SWAPPED/, 'the swap itself works as user in base')
+          // Requests that need new connections to the agent: many at once.
+          await Promise.allSettled(Array.from({ length: 24 }, (_, i) => i % 2 ? b.files.read('/etc/hostname') : b.commands.run('true')))
+          await b.commands.run('true').catch(() => {})
+          assert.equal(accepted.hostSock, 0, `the daemon dialled the host socket (${user ?? 'user'})`)
+        }
+      } finally {
+        for (const [b] of tries.slice(1)) await b.kill().catch(() => {})
+      }
+      assert.equal(await (await fetch(`${process.env.E2B_API_URL}/health`)).text(), 'ok\n')
+    },
   },
   {
     name: 'a daemonized, SIGTERM-ignoring process dies with its sandbox',
