@@ -154,6 +154,15 @@ func Properties(t *testing.T, run Runner) {
 					t.Errorf("oom_killed %v exit %d signal %q stdout %q stderr %q", o.OOMKilled, o.ExitCode, o.Signal, o.Stdout, o.Stderr)
 				}
 			}},
+		// POSIX semaphores (Python's multiprocessing) live in /dev/shm:
+		// the user may write it, within the disk limit (on gVisor runsc's
+		// own was root's, and unbounded: filling it killed the sandbox).
+		{"/dev/shm: the user's, within the disk limit", func(p *policy.Policy) { p.DiskBytes = 32 << 20 },
+			`python3 -c 'import multiprocessing as m; m.Lock(); print("lock")'; for i in $(seq 64); do dd if=/dev/zero of=/dev/shm/a$i bs=1M count=1; done 2>&1 | grep -o -m1 'No space left'; echo alive`, func(t *testing.T, o Outcome) {
+				if o.ExitCode != 0 || o.Stdout != "lock\nNo space left\nalive\n" {
+					t.Errorf("exit %d signal %q stdout %q stderr %q", o.ExitCode, o.Signal, o.Stdout, o.Stderr)
+				}
+			}},
 		{"output beyond the limit is dropped and reported", func(p *policy.Policy) { p.OutputLimit = 1000 },
 			`head -c 1000000 /dev/zero | tr '\0' a`, func(t *testing.T, o Outcome) {
 				if len(o.Stdout) != 1000 || !o.StdoutTruncated {

@@ -233,11 +233,27 @@ type bundle struct {
 // agentDir is where the bundle's agent directory is mounted.
 func (b *bundle) agentDir() string { return filepath.Join(b.stateDir, "agents", b.id) }
 
-// tmpfsBytes is the size of each of a sandbox's two writable file
+// tmpfsBytes is the size of each of a sandbox's two larger writable file
 // systems: /tmp, and its home or its image root's writable layer.
-// gVisor's tmpfs cannot share one limit between two mounts, so each gets
-// half of what the policy allows them in all (policy.WritableBytes).
-func tmpfsBytes(p *policy.Policy) int64 { return p.WritableBytes() / 2 }
+// gVisor's tmpfs cannot share one limit between mounts, so each gets half
+// of what the policy allows them in all (policy.WritableBytes) less
+// /dev/shm's.
+func tmpfsBytes(p *policy.Policy) int64 { return (p.WritableBytes() - shmBytes(p)) / 2 }
+
+// shmBytes is the size of a sandbox's /dev/shm: a quarter of its writable
+// space, at most Docker's 64 MiB. runsc's own /dev/shm has no limit (a
+// full one was an OOM kill of the whole sandbox) and only root could write
+// it (POSIX semaphores, Python's multiprocessing, need it as user).
+func shmBytes(p *policy.Policy) int64 { return min(p.WritableBytes()/4, 64<<20) }
+
+// scratchMounts are the sandbox's /tmp and /dev/shm, writable by all,
+// each a tmpfs of its own limit.
+func scratchMounts(p *policy.Policy) []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmpfsBytes(p))}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", shmBytes(p))}},
+	}
+}
 
 // runFlags are runsc run's flags of the bundle's root.
 func (b *bundle) runFlags() []string {
@@ -441,7 +457,7 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmpfsBytes(p))}},
+		scratchMounts(p)[0], scratchMounts(p)[1],
 		{Destination: layout.Home, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700",
 			fmt.Sprintf("uid=%d", layout.UID), fmt.Sprintf("gid=%d", layout.GID), fmt.Sprintf("size=%d", tmpfsBytes(p))}},
 	}
@@ -661,16 +677,17 @@ func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs
 	if err != nil {
 		return err
 	}
-	// /tmp a tmpfs of its own limit, as in every sandbox (runsc would
-	// mount one without a limit); the root's writable layer has its own.
-	mounts := []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmpfsBytes(p))}}}
+	// /tmp and /dev/shm tmpfs of their own limits, as in every sandbox
+	// (runsc would mount them without any); the root's writable layer has
+	// its own.
+	scratch := scratchMounts(p)
+	mounts := append([]specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}}, scratch...)
 	user, err := b.userMounts(p)
 	if err != nil {
 		return err
 	}
 	mounts = append(append(append(mounts, user...), code...), extra...)
-	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[2:])
+	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[1+len(scratch):])
 	if err != nil {
 		return err
 	}
