@@ -14,7 +14,7 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -574,6 +574,97 @@ except OSError as e:
         }
       } finally {
         await other.kill()
+      }
+    },
+  },
+  {
+    name: 'links, FIFOs, hard links and devices planted where the daemon works: pause, snapshot, fork, files-only pause, metrics, kill',
+    api: true,
+    async attack() {
+      // Every place of a sandbox's that the daemon (root) or its agent
+      // handles on its behalf, holding what would hurt a root that
+      // followed or opened it: links to the host's secret, to its root and
+      // to a host socket; FIFOs (an open blocks); a hard link; devices
+      // (as root). On gVisor, a loop keeps swapping the agent's socket for
+      // a link to the host socket while the daemon works.
+      const plant = (root) => `cd /home/user; ln -sfn ${h.dir}/secret s-link; ln -sfn / root-link; ln -sfn /proc/1/root p1;
+        ln -sfn ${h.sock} sock-link; mkfifo fifo /tmp/fifo; ln /home/user/s-link hard-link 2>/dev/null;
+        ${root ? 'mknod dev c 1 3; mknod /tmp/disk b 8 0; mknod /tmp/zero c 0 0;' : ''}
+        [ -w /.airlock/run ] && (while :; do mv -f /.airlock/run/agent.sock /.airlock/run/x 2>/dev/null; ln -sfn ${h.sock} /.airlock/run/agent.sock;
+          mkfifo /.airlock/run/f 2>/dev/null; mv -f /.airlock/run/x /.airlock/run/agent.sock 2>/dev/null; sleep 0.01; done) >/dev/null 2>&1 &
+        true`
+      const within = (p, what) => Promise.race([p, sleep(150_000).then(() => { throw new Error(`${what} hung`) })])
+      // An operation may fail (its sandbox fights its own agent); it may
+      // not hang, reach the host socket, or show the host's secret.
+      const tryOp = async (what, op) => {
+        try { return await within(op(), what) } catch (e) {
+          if (/hung/.test(String(e))) throw e
+          return null
+        }
+      }
+      const boxes = [[await Sandbox.create(), undefined]]
+      if (rootBox) boxes.push([await Sandbox.create(rootTemplate), 'root'])
+      const made = []
+      try {
+        for (const [box, user] of boxes) {
+          await box.commands.run(plant(user === 'root'), { user, background: false }).catch(() => {})
+          await tryOp('metrics', () => box.getMetrics())
+          for (let i = 0; i < 8; i++) await tryOp('files', () => box.files.read('/home/user/s-link')).then((d) => assert.ok(!String(d ?? '').includes(h.secret)))
+          if (gvisor) {
+            const snap = await tryOp('snapshot', () => box.createSnapshot())
+            if (snap) made.push(await tryOp('create from the snapshot', () => Sandbox.create(snap.snapshotId)))
+            const forks = await tryOp('fork', () => box.fork({ count: 1 }))
+            if (forks) made.push(...forks)
+            if (await tryOp('pause to disk', () => box.pause())) await tryOp('resume', () => Sandbox.connect(box.sandboxId))
+          }
+          if (user !== 'root') {
+            // Files-only pause is for base and code-interpreter-v1.
+            if (await tryOp('files-only pause', () => box.pause({ keepMemory: false }))) {
+              const back = await tryOp('files-only resume', () => Sandbox.connect(box.sandboxId))
+              if (back) {
+                const out = await tryOp('read back', () => back.commands.run('readlink /home/user/s-link; cat /home/user/s-link; ls -la /home/user /tmp', { user }))
+                if (out) held(out)
+              }
+            }
+          }
+          await tryOp('kill', () => box.kill())
+        }
+      } finally {
+        for (const [box] of boxes) await box.kill().catch(() => {})
+        for (const m of made) await m?.kill?.().catch(() => {})
+      }
+      assert.equal(accepted.hostSock, 0, 'the daemon dialled the host socket')
+      assert.equal(await (await fetch(`${process.env.E2B_API_URL}/health`)).text(), 'ok\n')
+    },
+  },
+  {
+    name: 'exhaustion: every writable place fills up inside its sandbox, never the host',
+    api: true,
+    async attack() {
+      // /tmp, the home, /dev/shm, the agent's directory (gVisor), and an
+      // image's root (a new directory at /) as its root: each filled until
+      // it refuses, with bytes and with inodes. The state directory's file system may not
+      // grow by more than a little (the daemon's own logs and state).
+      const places = ['/tmp', '/home/user', '/dev/shm', '/.airlock/run']
+      const fill = (dir) => `mkdir -p ${dir} 2>/dev/null; [ -w ${dir} ] || { echo "${dir}: not writable"; exit 0; }
+        dd if=/dev/zero of=${dir}/fill bs=1M count=2048 2>&1 | tail -1
+        i=0; while [ $i -lt 20000 ] && : > ${dir}/i$i 2>/dev/null; do i=$((i+1)); done; echo "${dir}: $i inodes"
+        rm -f ${dir}/fill ${dir}/i*`
+      const free = () => { const st = statfsSync(server.stateDir); return st.bavail * st.bsize }
+      const before = free()
+      const boxes = [[await Sandbox.create(), undefined, places]]
+      if (rootBox) boxes.push([await Sandbox.create(rootTemplate), 'root', [...places, '/fill-root', '/var/tmp']])
+      try {
+        for (const [box, user, dirs] of boxes) {
+          for (const d of dirs) {
+            const out = await paths.api(fill(d), { box, user, timeoutMs: 120_000 })
+            console.log(`fill ${user ?? 'user'} ${d}: ${(out.stdout + out.stderr).trim().split('\n').slice(-2).join(' | ').slice(0, 160)}`)
+            assert.ok(before - free() < 64 << 20, `the host's state directory lost ${((before - free()) / 1048576).toFixed(0)} MiB to ${d}`)
+          }
+          assert.equal(await box.files.exists('/tmp'), true, 'the sandbox outlives its full disks')
+        }
+      } finally {
+        for (const [box] of boxes) await box.kill().catch(() => {})
       }
     },
   },
