@@ -115,12 +115,13 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeBlocked, "not a host name")
 	}
 	pol := r.a.policy()
-	if qt == dns.TypePTR && !r.publicPTR(name) {
-		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "no reverse lookups of private or reserved addresses")
+	if qt == dns.TypePTR && !isReverse(name) {
+		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "a reverse lookup of something other than an address")
 	}
-	if !nameAllowed(pol, name) {
-		r.a.log.Info("dns refused", "name", name)
-		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "not allowed by the sandbox's network policy")
+	// Before anything is sent: the name itself is what would go out.
+	if ok, why := r.a.filter.nameReachable(pol, name); !ok {
+		r.a.log.Info("dns refused", "name", name, "why", why)
+		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, why)
 	}
 	if qt == dns.TypeAAAA {
 		return resp // no IPv6 in a sandbox: no addresses, and no error
@@ -194,19 +195,6 @@ func hostName(name string) bool {
 		}
 	}
 	return true
-}
-
-// publicPTR reports whether a reverse lookup asks for a public IPv4
-// address: the host's resolver may know names of private ones (a
-// split-horizon view) that are not the sandbox's business.
-func (r *resolver) publicPTR(name string) bool {
-	rev, ok := strings.CutSuffix(name, ".in-addr.arpa")
-	parts := strings.Split(rev, ".")
-	if !ok || len(parts) != 4 {
-		return false
-	}
-	ip, err := netip.ParseAddr(parts[3] + "." + parts[2] + "." + parts[1] + "." + parts[0])
-	return err == nil && !r.a.filter.special(ip)
 }
 
 func hasA(rrs []dns.RR) bool {

@@ -188,7 +188,7 @@ type Attachment struct {
 	ns     *os.File
 	link   link
 	ports  ports // in the host's table once set
-	pol    atomic.Pointer[policy.Network]
+	pol    atomic.Pointer[compiled]
 	filter filter
 	proxy  *proxy
 	dns    *resolver
@@ -215,7 +215,7 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	}
 	a = &Attachment{host: h, log: h.log.With("sandbox", id)}
 	a.filter.special = h.special
-	a.pol.Store(&pol)
+	a.pol.Store(compile(pol))
 	if a.slot, a.lock, err = claimSlot(h.slots()); err != nil {
 		return nil, err
 	}
@@ -302,9 +302,9 @@ func (a *Attachment) Namespace() *os.File { return a.ns }
 func (a *Attachment) Address() netip.Addr { return a.link.sandboxIP }
 
 // Policy is the sandbox's network policy now.
-func (a *Attachment) Policy() policy.Network { return *a.pol.Load() }
+func (a *Attachment) Policy() policy.Network { return a.pol.Load().Network }
 
-func (a *Attachment) policy() *policy.Network { return a.pol.Load() }
+func (a *Attachment) policy() *compiled { return a.pol.Load() }
 
 // Update replaces the sandbox's policy at once: connections it opens from
 // now on follow pol, and open ones that pol does not allow are cut. The
@@ -316,7 +316,7 @@ func (a *Attachment) Update(pol policy.Network) error {
 	if pol.Mode == policy.NetNone {
 		return errors.New("a sandbox's interface cannot be removed: deny everything instead")
 	}
-	a.pol.Store(&pol)
+	a.pol.Store(compile(pol))
 	a.proxy.recheck()
 	a.log.Info("network policy updated", "mode", string(pol.Mode), "allow", len(pol.AllowOut), "deny", len(pol.DenyOut))
 	return nil
