@@ -123,6 +123,11 @@ type Network struct {
 	// DNS are the upstream servers of the sandboxes' resolver, IP[:PORT];
 	// none: the host's /etc/resolv.conf.
 	DNS []string `json:"dns"`
+	// LocalZones are DNS zones of the host's network, such as a
+	// cluster's own domain, under which no sandbox's lookup leaves the
+	// host (beyond cluster.local, svc, local, internal and the host's
+	// search domains, always refused).
+	LocalZones []string `json:"localZones"`
 	// Connections a sandbox may have open at once (0: 256), and its
 	// bandwidth in bytes per second each way (0: no limit).
 	Connections int  `json:"connections"`
@@ -131,7 +136,7 @@ type Network struct {
 
 // NetworkHost returns the network configuration of cfg.
 func NetworkHost(cfg *Config) (netpolicy.Config, error) {
-	n := netpolicy.Config{Upstream: cfg.Network.DNS,
+	n := netpolicy.Config{Upstream: cfg.Network.DNS, LocalZones: cfg.Network.LocalZones,
 		Limits: netpolicy.Limits{Connections: cfg.Network.Connections, Bandwidth: int64(cfg.Network.Bandwidth)}}
 	if cfg.Network.Subnet != "" {
 		p, err := netip.ParsePrefix(cfg.Network.Subnet)

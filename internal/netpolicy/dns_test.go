@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,5 +167,63 @@ func TestDNSTunnellingEveryShape(t *testing.T) {
 			a.pol.Store(compile(to.pol))
 			check(from.what+" → "+to.what, to.open)
 		}
+	}
+}
+
+// TestLocalZonesNeverAsked: names of the host's own network (a cluster's
+// services, the host's search domains, the operator's zones, special-use
+// names, single labels) never leave the host, under the internet and
+// even where allowOut names them.
+func TestLocalZonesNeverAsked(t *testing.T) {
+	conf := t.TempDir() + "/resolv.conf"
+	// A Kubernetes pod's resolv.conf.
+	if err := os.WriteFile(conf, []byte("nameserver 10.96.0.10\nsearch airlock.svc.cluster.local svc.cluster.local cluster.local corp.example.\noptions ndots:5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	servers, search := resolvConf(conf)
+	if !slices.Equal(servers, []string{"10.96.0.10:53"}) || !slices.Equal(search, []string{"airlock.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"}) {
+		t.Fatalf("resolv.conf read as servers %v, search %v", servers, search)
+	}
+	own, err := zoneNames([]string{"K8s.Example."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zoneNames([]string{"bad zone"}); err == nil {
+		t.Error("a zone that is no name was accepted")
+	}
+	up := newUpstream(t)
+	a := &Attachment{log: slog.New(slog.DiscardHandler)}
+	a.filter.special, a.filter.local = testHost().special, append(search, own...)
+	r := newResolver(a, []string{up.addr})
+	r.limit = rate.NewLimiter(rate.Inf, 0)
+	for _, pol := range []policy.Network{
+		{Mode: policy.NetInternet},
+		{Mode: policy.NetInternet, AllowOut: rules(t, "*.cluster.local", "kubernetes", "*.corp.example", "*.svc", "*.internal")},
+	} {
+		a.pol.Store(compile(pol))
+		for _, name := range []string{
+			"kubernetes", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+			"_https._tcp.kubernetes.default.svc.cluster.local", "db.airlock.svc.cluster.local", "cluster.local",
+			"db.corp.example", "x.k8s.example", "metadata.google.internal", "printer.local", "router.home.arpa", "localhost",
+		} {
+			for _, qt := range []uint16{dns.TypeA, dns.TypeSRV, dns.TypeTXT} {
+				q := new(dns.Msg)
+				q.SetQuestion(dns.Fqdn(name), qt)
+				if m := r.answer(q); m.Rcode != dns.RcodeNameError {
+					t.Errorf("%s %s answered %s, want NXDOMAIN", dns.TypeToString[qt], name, dns.RcodeToString[m.Rcode])
+				}
+			}
+		}
+		// A public name goes out: the upstream's log works.
+		q := new(dns.Msg)
+		q.SetQuestion("kubernetes.example.", dns.TypeA)
+		if m := r.answer(q); m.Rcode != dns.RcodeSuccess {
+			t.Errorf("a public name: %v", m)
+		}
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if !slices.Equal(up.asked, []string{"kubernetes.example", "kubernetes.example"}) {
+		t.Errorf("the upstream was asked %v, want only the public name", up.asked)
 	}
 }

@@ -36,6 +36,7 @@ type verdict struct {
 // the names its resolver answered.
 type filter struct {
 	special func(netip.Addr) bool // reserved, the host's, other sandboxes'
+	local   []string              // the host's own zones (Host.local)
 	pins    pins
 }
 
@@ -144,8 +145,9 @@ func deniedByName(pol *compiled, name string) bool {
 // DNS tunnelling, whether or not its answer is used), and the proxy
 // trusts a name only at addresses the resolver pinned for it.
 //
-// The order: reverse names of addresses that are not public are never
-// asked, whatever the rules; then
+// The order: names of the host's own network (isLocal) and reverse names
+// of addresses that are not public are never asked, whatever the rules;
+// then
 // allowOut's names, denyOut's names, and any other name only if the
 // internet is open (pol.open): there an address of the name could be one
 // the sandbox may reach, and DNS carries out nothing a connection could
@@ -153,6 +155,8 @@ func deniedByName(pol *compiled, name string) bool {
 // names are reachable, so only they are looked up.
 func (f *filter) nameReachable(pol *compiled, name string) (bool, string) {
 	switch {
+	case f.isLocal(name):
+		return false, "a name of the host's own network"
 	case isReverse(name) && !f.publicReverse(name):
 		return false, "a reverse lookup of a private or reserved address"
 	case allowedByName(pol, name):

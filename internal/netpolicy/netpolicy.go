@@ -12,7 +12,6 @@
 package netpolicy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -61,13 +59,18 @@ const DefaultConnections = 256
 type Config struct {
 	Subnet   netip.Prefix // zero: DefaultSubnet
 	Upstream []string     // DNS servers, host:port; nil: the host's /etc/resolv.conf
-	Limits   Limits
+	// LocalZones are DNS zones of the host's network beyond the ones
+	// always refused (localZones, the host's search domains): a
+	// sandbox's lookups under them never leave the host.
+	LocalZones []string
+	Limits     Limits
 }
 
 // Host makes sandbox networks in the daemon's network namespace.
 type Host struct {
 	subnet   netip.Prefix
 	upstream []string
+	local    []string // zones no lookup of a sandbox leaves the host for, beyond localZones
 	limits   Limits
 	log      *slog.Logger
 
@@ -94,9 +97,18 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	if h.limits.Connections <= 0 {
 		h.limits.Connections = DefaultConnections
 	}
+	servers, search := resolvConf("/etc/resolv.conf")
 	if h.upstream == nil {
-		h.upstream = hostResolvers("/etc/resolv.conf")
+		h.upstream = servers
 	}
+	// The host's search domains are its network's names: in Kubernetes
+	// the cluster's (namespace.svc.cluster.local, or a cluster domain of
+	// its own), elsewhere often a site's internal domain.
+	local, err := zoneNames(cfg.LocalZones)
+	if err != nil {
+		return nil, err
+	}
+	h.local = append(search, local...)
 	// Whether the kernel has nftables at all, without changing anything:
 	// the host's table is made when the first sandbox needs it.
 	if _, err := mappedInterfaces(); err != nil {
@@ -112,26 +124,6 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 		h.upstream[i] = u
 	}
 	return h, nil
-}
-
-// hostResolvers reads the nameservers of a resolv.conf.
-func hostResolvers(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return []string{}
-	}
-	defer f.Close()
-	out := []string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "nameserver" {
-			if a, err := netip.ParseAddr(fields[1]); err == nil && a.Is4() {
-				out = append(out, netip.AddrPortFrom(a, 53).String())
-			}
-		}
-	}
-	return out
 }
 
 // Subnet is where the sandboxes' veth pairs are numbered.
@@ -214,7 +206,7 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		return nil, err
 	}
 	a = &Attachment{host: h, log: h.log.With("sandbox", id)}
-	a.filter.special = h.special
+	a.filter.special, a.filter.local = h.special, h.local
 	a.pol.Store(compile(pol))
 	if a.slot, a.lock, err = claimSlot(h.slots()); err != nil {
 		return nil, err

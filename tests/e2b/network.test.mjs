@@ -67,7 +67,7 @@ def probe(kind, *a):
         server = a[0]
         if server == "-":
             server = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
-        qtype = {"A": 1, "AAAA": 28, "TXT": 16, "MX": 15}[a[2]]
+        qtype = {"A": 1, "AAAA": 28, "TXT": 16, "MX": 15, "SRV": 33, "SOA": 6, "PTR": 12}[a[2]]
         q = b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
         q += b"".join(bytes([len(p)]) + p.encode() for p in a[3].split(".")) + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
         if a[1] == "udp":
@@ -88,7 +88,7 @@ def probe(kind, *a):
         def query(name, qtype):
             q = random.randbytes(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
             return q + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
-        names = ["%s-%d.%s" % (a[0], i, a[1]) for i in range(int(a[2]))]
+        names = ["%s-%d" % (a[0], i) + ("" if a[1] == "-" else "." + a[1]) for i in range(int(a[2]))]
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sent = answered = 0
         for i, name in enumerate(names):
@@ -127,7 +127,7 @@ before(async () => {
   if (skip) return
   cfgDir = mkdtempSync(join(tmpdir(), 'airlock-net-test-'))
   const cfg = join(cfgDir, 'config.json')
-  writeFileSync(cfg, JSON.stringify({ network: { dns: [labDNS] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  writeFileSync(cfg, JSON.stringify({ network: { dns: [labDNS], localZones: ['corp.test'] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
   server = await startServer(['--config', cfg])
 })
 after(async () => {
@@ -350,6 +350,31 @@ test("an older SDK's allowlist (e2b 2.45: allow_internet_access on every create)
     await expectOK(sbx, /for allowed\.test/, 'http', 'https://allowed.test/')
     await tunnel(sbx, tag)
     assert.deepEqual(leaked(tag), [], 'names reached the lab\'s resolver')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// In Kubernetes the resolver's upstream is the cluster's DNS: from a
+// sandbox, SRV and TXT lookups under cluster.local would list its
+// services. Names of the host's network never leave it, whatever the
+// policy (here the internet, with allowOut naming them too).
+test("names of the host's network (cluster, search domains, local zones) never leave the host", { skip }, async () => {
+  const tag = 'z' + randomBytes(8).toString('hex')
+  const sbx = await create({ allowInternetAccess: true, network: { allowOut: ['*.cluster.local', '*.corp.test', '*.svc', '*.internal'] } })
+  try {
+    for (const zone of ['default.svc.cluster.local', 'cluster.local', 'svc', 'corp.test', 'internal', 'local', 'home.arpa', 'localhost', '-']) {
+      await expectOK(sbx, /^OK sent \d+/, 'tunnel', tag, zone, '2')
+    }
+    await expectFail(sbx, 'resolve', `${tag}.default.svc.cluster.local`)
+    for (const [type, name] of [['SRV', `_https._tcp.${tag}.default.svc.cluster.local`], ['PTR', '5.0.99.10.in-addr.arpa'],
+      ['TXT', '5.0.99.10.in-addr.arpa'], ['SOA', '10.in-addr.arpa'], ['PTR', '10.0.96.10.in-addr.arpa']]) {
+      for (const proto of ['udp', 'tcp']) await expectOK(sbx, /^OK rcode 3 answers 0$/, 'dns', '-', proto, type, name)
+    }
+    // A public name still resolves: the log sees what goes out.
+    await expectOK(sbx, /203\.0\.113\.10/, 'resolve', 'allowed.test')
+    assert.deepEqual(leaked(tag), [], "names of the host's network reached the lab's resolver")
+    assert.deepEqual(asked().split('\n').filter((l) => /\b(10|0\.99\.10|10\.0\.96\.10)\.in-addr\.arpa$/.test(l)), [], 'reverse names of private addresses reached it')
   } finally {
     await sbx.kill()
   }
