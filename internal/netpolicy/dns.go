@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -26,14 +27,8 @@ type resolver struct {
 	limit    *rate.Limiter
 	servers  []*dns.Server
 	wg       sync.WaitGroup
+	queries  atomic.Int64 // received, answered or not: what reached the daemon
 }
-
-// Queries a sandbox may send per second, and in a burst: enough for any
-// build, too few to carry much data to an allowed name's servers.
-const (
-	dnsRate  = 100
-	dnsBurst = 200
-)
 
 // dnsTimeout bounds one upstream exchange.
 const dnsTimeout = 3 * time.Second
@@ -47,13 +42,16 @@ var forwardedTypes = map[uint16]bool{
 	dns.TypeNS: true, dns.TypeSOA: true, dns.TypeCAA: true, dns.TypePTR: true,
 }
 
-func newResolver(a *Attachment, upstream []string) *resolver {
+// newResolver makes a's resolver. Its own limit is the nftables rules'
+// (Limits.DNSRate), which count UDP packets: here it also bounds queries
+// over TCP, many of which one connection can carry.
+func newResolver(a *Attachment, upstream []string, limit Rate) *resolver {
 	return &resolver{
 		a:        a,
 		upstream: upstream,
 		client:   &dns.Client{Net: "udp", Timeout: dnsTimeout},
 		tcp:      &dns.Client{Net: "tcp", Timeout: dnsTimeout},
-		limit:    rate.NewLimiter(dnsRate, dnsBurst),
+		limit:    rate.NewLimiter(rate.Limit(float64(limit.N)/limit.Per.Seconds()), int(limit.N)+int(limit.Burst)),
 	}
 }
 
@@ -85,6 +83,7 @@ func (r *resolver) close() {
 
 // ServeDNS answers one query.
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
+	r.queries.Add(1)
 	resp := r.answer(q)
 	_ = w.WriteMsg(resp)
 }

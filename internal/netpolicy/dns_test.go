@@ -71,7 +71,7 @@ func TestDNSTunnellingEveryShape(t *testing.T) {
 	up := newUpstream(t)
 	a := &Attachment{log: slog.New(slog.DiscardHandler)}
 	a.filter.special = testHost().special
-	r := newResolver(a, []string{up.addr})
+	r := newResolver(a, []string{up.addr}, DefaultDNSRate)
 	// Refusals here must be the policy's, not the rate limit's.
 	r.limit = rate.NewLimiter(rate.Inf, 0)
 	shape := func(internet bool, allow, deny []string) policy.Network {
@@ -194,7 +194,7 @@ func TestLocalZonesNeverAsked(t *testing.T) {
 	up := newUpstream(t)
 	a := &Attachment{log: slog.New(slog.DiscardHandler)}
 	a.filter.special, a.filter.local = testHost().special, append(search, own...)
-	r := newResolver(a, []string{up.addr})
+	r := newResolver(a, []string{up.addr}, DefaultDNSRate)
 	r.limit = rate.NewLimiter(rate.Inf, 0)
 	for _, pol := range []policy.Network{
 		{Mode: policy.NetInternet},

@@ -186,7 +186,7 @@ func TestResolverAnswer(t *testing.T) {
 	a := &Attachment{log: slog.New(slog.DiscardHandler)}
 	a.filter.special = testHost().special
 	a.pol.Store(compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "rebind.test", "mixed.test")}))
-	r := newResolver(a, []string{up.LocalAddr().String()})
+	r := newResolver(a, []string{up.LocalAddr().String()}, DefaultDNSRate)
 	ask := func(name string, qt uint16) *dns.Msg {
 		q := new(dns.Msg)
 		q.SetQuestion(name, qt)

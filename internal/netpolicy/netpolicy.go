@@ -21,6 +21,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,10 +52,44 @@ var ErrUnavailable = errors.New("sandbox networks are not available on this host
 type Limits struct {
 	Connections int   // open at once; 0: DefaultConnections
 	Bandwidth   int64 // bytes per second in each direction; 0: no limit
+	// DNS packets to its resolver and new TCP connections (to its proxy,
+	// whatever their destination) a sandbox may send. The host's
+	// nftables rules count them, per sandbox, and drop the excess before
+	// it reaches the daemon: the resolver and the proxy run in the
+	// daemon, whose CPU no sandbox's cgroup is charged for. Zero:
+	// DefaultDNSRate, DefaultConnectionRate.
+	DNSRate, ConnectionRate Rate
 }
 
 // DefaultConnections is how many connections a sandbox may have open at once.
 const DefaultConnections = 256
+
+// Rate is N packets per Per, in bursts of up to Burst at once.
+type Rate struct {
+	N     uint64
+	Per   time.Duration // a second, a minute or an hour
+	Burst uint32
+}
+
+// The default rates: far above what package installers need (pip and
+// npm keep connections alive and look up a few names a second), far
+// below what would cost the daemon a core.
+var (
+	DefaultDNSRate        = Rate{N: 100, Per: time.Second, Burst: 200}
+	DefaultConnectionRate = Rate{N: 200, Per: time.Second, Burst: 400}
+)
+
+// ParseRate reads a rate as "N/s", "N/m" or "N/h" (per second, minute or
+// hour), with bursts of twice N.
+func ParseRate(s string) (Rate, error) {
+	n, unit, ok := strings.Cut(s, "/")
+	per := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}[unit]
+	v, err := strconv.ParseUint(n, 10, 32)
+	if !ok || per == 0 || err != nil || v == 0 || v > 1<<30 {
+		return Rate{}, fmt.Errorf("rate %q: want N/s, N/m or N/h with N from 1 to %d", s, 1<<30)
+	}
+	return Rate{N: v, Per: per, Burst: uint32(2 * v)}, nil
+}
 
 // Config is a Host's configuration.
 type Config struct {
@@ -96,6 +132,17 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	h.subnet = h.subnet.Masked()
 	if h.limits.Connections <= 0 {
 		h.limits.Connections = DefaultConnections
+	}
+	if h.limits.DNSRate.N == 0 {
+		h.limits.DNSRate = DefaultDNSRate
+	}
+	if h.limits.ConnectionRate.N == 0 {
+		h.limits.ConnectionRate = DefaultConnectionRate
+	}
+	for _, r := range []Rate{h.limits.DNSRate, h.limits.ConnectionRate} {
+		if r.Per != time.Second && r.Per != time.Minute && r.Per != time.Hour {
+			return nil, fmt.Errorf("a network rate is per second, minute or hour, not per %v", r.Per)
+		}
 	}
 	servers, search := resolvConf("/etc/resolv.conf")
 	if h.upstream == nil {
@@ -259,12 +306,12 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		dpc.Close()
 		return a, fmt.Errorf("resolver listener: %w", err)
 	}
-	a.dns = newResolver(a, h.upstream)
+	a.dns = newResolver(a, h.upstream, h.limits.DNSRate)
 	go a.proxy.serve()
 	a.dns.serve(dpc, dln)
 	// Last: from now on the sandbox's traffic is redirected to them.
 	p := ports{proxy: port(pln.Addr()), dnsUDP: port(dpc.LocalAddr()), dnsTCP: port(dln.Addr())}
-	if err := addPorts(a.link.hostIf, p); err != nil {
+	if err := addPorts(a.link.hostIf, p, h.limits); err != nil {
 		return a, err
 	}
 	a.ports = p

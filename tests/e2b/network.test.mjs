@@ -112,6 +112,33 @@ def probe(kind, *a):
         while time.time() < end and select.select([udp], [], [], max(0, end - time.time()))[0]:
             udp.recv(512); answered += 1
         return "sent %d answered %d" % (sent, answered)
+    if kind == "flood":  # a[0] DNS queries to the sandbox's resolver and a[0] connections to 203.0.113.30:7000, all at once
+        import select, time
+        n = int(a[0])
+        mine = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(n):
+            udp.sendto(i.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05flood\x04test\x00\x00\x01\x00\x01", (mine, 53))
+        answered = 0
+        while select.select([udp], [], [], 2)[0]:  # two seconds without an answer: the rest were dropped
+            udp.recv(512); answered += 1
+        conns = []
+        for i in range(n):
+            c = socket.socket(); c.setblocking(False)
+            c.connect_ex(("203.0.113.30", 7000)); conns.append(c)
+        # Connected (a byte from the banner, or refused after the
+        # handshake) or not after two quiet seconds: dropped SYNs are not.
+        reached, end = 0, time.time() + 2
+        pending = list(conns)
+        while pending and time.time() < end:
+            _, ready, _ = select.select([], pending, [], max(0, end - time.time()))
+            for c in ready:
+                pending.remove(c)
+                if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) in (0, 104):  # connected, or reset by the proxy
+                    reached += 1
+            if ready:
+                end = time.time() + 2
+        return "dns %d tcp %d" % (answered, reached)
     if kind == "myip":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.connect(("203.0.113.1", 9))
@@ -140,11 +167,12 @@ after(async () => {
 })
 
 // The host ends of sandboxes' veth pairs, and their elements in the
-// host's nftables maps.
+// host's nftables maps and their chains of limits.
 const sandboxLinks = () => execFileSync('ip', ['-o', 'link', 'show']).toString().split('\n')
   .map((l) => l.split(': ')[1]?.split('@')[0]).filter((n) => n?.startsWith('al-'))
-const sandboxElements = () => [['map', 'proxy'], ['map', 'dns_udp'], ['map', 'dns_tcp'], ['set', 'tcp_in'], ['set', 'udp_in']]
+const sandboxElements = () => [['map', 'proxy'], ['map', 'dns_udp'], ['map', 'dns_tcp'], ['set', 'tcp_in'], ['set', 'udp_in'], ['map', 'flood']]
   .flatMap(([kind, m]) => execFileSync('nft', ['list', kind, 'inet', 'airlock_v1', m]).toString().match(/"al-[0-9a-f]+"/g) ?? [])
+  .concat(execFileSync('nft', ['list', 'table', 'inet', 'airlock_v1']).toString().match(/chain flood-al-[0-9a-f]+/g) ?? [])
 // The kernel deletes an ended sandbox's namespace, and its veth pair, in
 // the background: f's answer once it stops changing, within 10 s.
 async function settled(f, want = []) {
@@ -380,6 +408,39 @@ test("names of the host's network (cluster, search domains, local zones) never l
   }
 })
 
+// A sandbox's DNS and connection floods cost the daemon's CPU, which no
+// cgroup is charged for: the host's nftables rules cut them at the
+// sandbox's rates before they reach its resolver and proxy. Counted from
+// inside: every query that reaches the resolver is answered, every SYN
+// that reaches the proxy's listener is connected. The rates are per hour,
+// so nothing refills during the test; the neighbour's budget is its own.
+test('DNS and connection floods are cut at the sandbox\'s rates; its neighbour is unaffected', { skip }, async () => {
+  const saved = { ...process.env }
+  const dir = mkdtempSync(join(tmpdir(), 'airlock-net-flood-'))
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ network: { dns: [labDNS], dnsRate: '10/h', connectionRate: '10/h' },
+    templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  const limited = await startServer(['--config', join(dir, 'config.json')])
+  const burst = 20 // twice 10/h
+  try {
+    const flooder = await create({ allowInternetAccess: true })
+    const neighbour = await create({ allowInternetAccess: true })
+    try {
+      const out = await probe(flooder, 'flood', '300')
+      const [, dns, tcp] = out.match(/^OK dns (\d+) tcp (\d+)$/) ?? assert.fail(out)
+      assert.ok(+dns > 0 && +dns <= burst + 1, `${dns} of 300 DNS queries reached the flooder's resolver, want 1 to ${burst + 1}`)
+      assert.ok(+tcp > 0 && +tcp <= burst + 1, `${tcp} of 300 connections reached the flooder's proxy, want 1 to ${burst + 1}`)
+      await expectOK(neighbour, /^OK dns 10 tcp 10$/, 'flood', '10')
+    } finally {
+      await flooder.kill()
+      await neighbour.kill()
+    }
+  } finally {
+    await limited.stop()
+    Object.assign(process.env, saved)
+    rmSync(dir, { recursive: true, force: true })
+  }
+})
+
 test('two sandboxes cannot reach each other', { skip }, async () => {
   const a = await create({ allowInternetAccess: true })
   const b = await create({ allowInternetAccess: true })
@@ -500,7 +561,7 @@ test('nothing of a sandbox network outlives the sandbox', { skip }, async () => 
   const elements = sandboxElements()
   const sbx = await create({ allowInternetAccess: true })
   assert.equal(sandboxLinks().length, links.length + 1)
-  assert.equal(sandboxElements().length, elements.length + 6)
+  assert.equal(sandboxElements().length, elements.length + 8) // 3 map and 3 set elements, its flood map element and chain
   await sbx.kill()
   assert.deepEqual(sandboxElements(), elements)
   assert.deepEqual(await settled(sandboxLinks, links), links)
