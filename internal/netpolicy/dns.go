@@ -140,6 +140,14 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	pin := allowedByName(pol, name)
 	filtered, addrs := false, 0
 	for _, rr := range up.Answer {
+		// A resolver inside the host's network follows an alias into it
+		// (a cluster's DNS chases a CNAME into cluster.local and answers
+		// the service's records): nothing found there goes to the sandbox.
+		if owner := strings.ToLower(strings.TrimSuffix(rr.Header().Name, ".")); r.a.filter.isLocal(owner) {
+			r.a.log.Info("dns refused", "name", name, "alias", owner)
+			resp.Answer = nil
+			return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias into the host's own network")
+		}
 		switch rr := rr.(type) {
 		case *dns.A:
 			ip, ok := netip.AddrFromSlice(rr.A.To4())
@@ -158,6 +166,11 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		case *dns.CNAME:
 			// A name that denyOut refuses is refused behind an alias too.
 			target := strings.ToLower(strings.TrimSuffix(rr.Target, "."))
+			if r.a.filter.isLocal(target) {
+				r.a.log.Info("dns refused", "name", name, "alias", target)
+				resp.Answer = nil
+				return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias into the host's own network")
+			}
 			if !allowedByName(pol, target) && deniedByName(pol, target) {
 				r.a.log.Info("dns refused", "name", name, "alias", target)
 				resp.Answer = nil

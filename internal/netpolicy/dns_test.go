@@ -37,6 +37,15 @@ func newUpstream(t *testing.T) *upstream {
 		u.mu.Unlock()
 		m := new(dns.Msg)
 		m.SetReply(q)
+		// A public name that aliases a cluster's service, as a cluster's
+		// DNS answers it: the alias followed, the service's records.
+		if qn := q.Question[0].Name; strings.HasPrefix(qn, "alias-into-cluster.") {
+			svc := "db.default.svc.cluster.local."
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: qn, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 30}, Target: svc},
+				&dns.SRV{Hdr: dns.RR_Header{Name: svc, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: 30}, Port: 5432, Target: "db-0." + svc})
+			w.WriteMsg(m)
+			return
+		}
 		if q.Question[0].Qtype == dns.TypeA {
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP("203.0.113.10")})
 		}
@@ -221,9 +230,16 @@ func TestLocalZonesNeverAsked(t *testing.T) {
 			t.Errorf("a public name: %v", m)
 		}
 	}
+	// What the upstream finds inside the cluster behind a public alias
+	// never reaches the sandbox.
+	q := new(dns.Msg)
+	q.SetQuestion("alias-into-cluster.example.", dns.TypeSRV)
+	if m := r.answer(q); m.Rcode != dns.RcodeNameError || len(m.Answer) > 0 {
+		t.Errorf("an alias into the cluster answered %v, want NXDOMAIN and nothing", m)
+	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
-	if !slices.Equal(up.asked, []string{"kubernetes.example", "kubernetes.example"}) {
+	if !slices.Equal(up.asked, []string{"kubernetes.example", "kubernetes.example", "alias-into-cluster.example"}) {
 		t.Errorf("the upstream was asked %v, want only the public name", up.asked)
 	}
 }

@@ -399,6 +399,8 @@ test("names of the host's network (cluster, search domains, local zones) never l
       ['TXT', '5.0.99.10.in-addr.arpa'], ['SOA', '10.in-addr.arpa'], ['PTR', '10.0.96.10.in-addr.arpa']]) {
       for (const proto of ['udp', 'tcp']) await expectOK(sbx, /^OK rcode 3 answers 0$/, 'dns', '-', proto, type, name)
     }
+    // A public name that aliases a name in the cluster: refused.
+    for (const proto of ['udp', 'tcp']) await expectOK(sbx, /^OK rcode 3 answers 0$/, 'dns', '-', proto, 'A', 'cluster-alias.test')
     // A public name still resolves: the log sees what goes out.
     await expectOK(sbx, /203\.0\.113\.10/, 'resolve', 'allowed.test')
     assert.deepEqual(leaked(tag), [], "names of the host's network reached the lab's resolver")
