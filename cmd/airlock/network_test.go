@@ -76,7 +76,7 @@ func leftoversNow(t *testing.T, lab *nettest.Lab) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"proxy", "dns_udp", "dns_tcp", "tcp_in", "udp_in"} {
+	for _, m := range []string{"proxy", "dns_udp", "dns_tcp", "tcp_in", "udp_in", "flood"} {
 		set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: "airlock_v1"}, m)
 		if err != nil {
 			continue // no table yet
@@ -87,6 +87,15 @@ func leftoversNow(t *testing.T, lab *nettest.Lab) []string {
 		}
 		for _, e := range elems {
 			left = append(left, m+" "+strings.TrimRight(string(e.Key), "\x00"))
+		}
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if strings.HasPrefix(ch.Name, "flood-al-") {
+			left = append(left, "chain "+ch.Name)
 		}
 	}
 	return left
@@ -142,8 +151,8 @@ func TestRunNetwork(t *testing.T) {
 }
 
 // A killed daemon's sandbox networks: the namespaces and veth pairs die
-// with the sandboxes, the map entries stay until the next start removes
-// them; on both backends.
+// with the sandboxes, the map entries and chains of limits stay until
+// the next start removes them; on both backends.
 func TestServeNetworkCrashRecovery(t *testing.T) {
 	lab := newLab(t)
 	for _, backend := range []string{"namespaces", "gvisor"} {
@@ -167,8 +176,8 @@ func TestServeNetworkCrashRecovery(t *testing.T) {
 			if out := s.run(t, c, "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://allowed.test/\").read().decode())'"); !strings.Contains(out, "for allowed.test") {
 				t.Fatalf("the sandbox's network does not work: %q", out)
 			}
-			if left := leftoversNow(t, lab); len(left) != 7 {
-				t.Fatalf("a networked sandbox holds %v, want a link, three map elements and three set elements", left)
+			if left := leftoversNow(t, lab); len(left) != 9 {
+				t.Fatalf("a networked sandbox holds %v, want a link, four map elements, three set elements and a chain", left)
 			}
 			s.cmd.Process.Kill()
 			s.cmd.Wait()

@@ -123,15 +123,26 @@ type Network struct {
 	// DNS are the upstream servers of the sandboxes' resolver, IP[:PORT];
 	// none: the host's /etc/resolv.conf.
 	DNS []string `json:"dns"`
+	// LocalZones are DNS zones of the host's network, such as a
+	// cluster's own domain, under which no sandbox's lookup leaves the
+	// host (beyond cluster.local, svc, local, internal and the host's
+	// search domains, always refused).
+	LocalZones []string `json:"localZones"`
 	// Connections a sandbox may have open at once (0: 256), and its
 	// bandwidth in bytes per second each way (0: no limit).
 	Connections int  `json:"connections"`
 	Bandwidth   Size `json:"bandwidth"`
+	// DNSRate and ConnectionRate bound the DNS packets and the new TCP
+	// connections a sandbox sends, as "N/s", "N/m" or "N/h" with bursts
+	// of twice N (empty: 100/s and 200/s); the host's nftables rules drop
+	// the excess before it reaches the daemon.
+	DNSRate        string `json:"dnsRate"`
+	ConnectionRate string `json:"connectionRate"`
 }
 
 // NetworkHost returns the network configuration of cfg.
 func NetworkHost(cfg *Config) (netpolicy.Config, error) {
-	n := netpolicy.Config{Upstream: cfg.Network.DNS,
+	n := netpolicy.Config{Upstream: cfg.Network.DNS, LocalZones: cfg.Network.LocalZones,
 		Limits: netpolicy.Limits{Connections: cfg.Network.Connections, Bandwidth: int64(cfg.Network.Bandwidth)}}
 	if cfg.Network.Subnet != "" {
 		p, err := netip.ParsePrefix(cfg.Network.Subnet)
@@ -142,6 +153,19 @@ func NetworkHost(cfg *Config) (netpolicy.Config, error) {
 	}
 	if n.Limits.Connections < 0 || n.Limits.Bandwidth < 0 {
 		return n, errors.New("network.connections and network.bandwidth must not be negative")
+	}
+	for _, r := range []struct {
+		field, s string
+		to       *netpolicy.Rate
+	}{{"dnsRate", cfg.Network.DNSRate, &n.Limits.DNSRate}, {"connectionRate", cfg.Network.ConnectionRate, &n.Limits.ConnectionRate}} {
+		if r.s == "" {
+			continue
+		}
+		rate, err := netpolicy.ParseRate(r.s)
+		if err != nil {
+			return n, fmt.Errorf("network.%s: %v", r.field, err)
+		}
+		*r.to = rate
 	}
 	return n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -26,14 +27,8 @@ type resolver struct {
 	limit    *rate.Limiter
 	servers  []*dns.Server
 	wg       sync.WaitGroup
+	queries  atomic.Int64 // received, answered or not: what reached the daemon
 }
-
-// Queries a sandbox may send per second, and in a burst: enough for any
-// build, too few to carry much data to an allowed name's servers.
-const (
-	dnsRate  = 100
-	dnsBurst = 200
-)
 
 // dnsTimeout bounds one upstream exchange.
 const dnsTimeout = 3 * time.Second
@@ -47,13 +42,16 @@ var forwardedTypes = map[uint16]bool{
 	dns.TypeNS: true, dns.TypeSOA: true, dns.TypeCAA: true, dns.TypePTR: true,
 }
 
-func newResolver(a *Attachment, upstream []string) *resolver {
+// newResolver makes a's resolver. Its own limit is the nftables rules'
+// (Limits.DNSRate), which count UDP packets: here it also bounds queries
+// over TCP, many of which one connection can carry.
+func newResolver(a *Attachment, upstream []string, limit Rate) *resolver {
 	return &resolver{
 		a:        a,
 		upstream: upstream,
 		client:   &dns.Client{Net: "udp", Timeout: dnsTimeout},
 		tcp:      &dns.Client{Net: "tcp", Timeout: dnsTimeout},
-		limit:    rate.NewLimiter(dnsRate, dnsBurst),
+		limit:    rate.NewLimiter(rate.Limit(float64(limit.N)/limit.Per.Seconds()), int(limit.N)+int(limit.Burst)),
 	}
 }
 
@@ -85,6 +83,7 @@ func (r *resolver) close() {
 
 // ServeDNS answers one query.
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
+	r.queries.Add(1)
 	resp := r.answer(q)
 	_ = w.WriteMsg(resp)
 }
@@ -115,12 +114,13 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeBlocked, "not a host name")
 	}
 	pol := r.a.policy()
-	if qt == dns.TypePTR && !r.publicPTR(name) {
-		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "no reverse lookups of private or reserved addresses")
+	if qt == dns.TypePTR && !isReverse(name) {
+		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "a reverse lookup of something other than an address")
 	}
-	if !nameAllowed(pol, name) {
-		r.a.log.Info("dns refused", "name", name)
-		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "not allowed by the sandbox's network policy")
+	// Before anything is sent: the name itself is what would go out.
+	if ok, why := r.a.filter.nameReachable(pol, name); !ok {
+		r.a.log.Info("dns refused", "name", name, "why", why)
+		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, why)
 	}
 	if qt == dns.TypeAAAA {
 		return resp // no IPv6 in a sandbox: no addresses, and no error
@@ -140,6 +140,14 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	pin := allowedByName(pol, name)
 	filtered, addrs := false, 0
 	for _, rr := range up.Answer {
+		// A resolver inside the host's network follows an alias into it
+		// (a cluster's DNS chases a CNAME into cluster.local and answers
+		// the service's records): nothing found there goes to the sandbox.
+		if owner := strings.ToLower(strings.TrimSuffix(rr.Header().Name, ".")); r.a.filter.isLocal(owner) {
+			r.a.log.Info("dns refused", "name", name, "alias", owner)
+			resp.Answer = nil
+			return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias into the host's own network")
+		}
 		switch rr := rr.(type) {
 		case *dns.A:
 			ip, ok := netip.AddrFromSlice(rr.A.To4())
@@ -158,6 +166,11 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		case *dns.CNAME:
 			// A name that denyOut refuses is refused behind an alias too.
 			target := strings.ToLower(strings.TrimSuffix(rr.Target, "."))
+			if r.a.filter.isLocal(target) {
+				r.a.log.Info("dns refused", "name", name, "alias", target)
+				resp.Answer = nil
+				return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias into the host's own network")
+			}
 			if !allowedByName(pol, target) && deniedByName(pol, target) {
 				r.a.log.Info("dns refused", "name", name, "alias", target)
 				resp.Answer = nil
@@ -194,19 +207,6 @@ func hostName(name string) bool {
 		}
 	}
 	return true
-}
-
-// publicPTR reports whether a reverse lookup asks for a public IPv4
-// address: the host's resolver may know names of private ones (a
-// split-horizon view) that are not the sandbox's business.
-func (r *resolver) publicPTR(name string) bool {
-	rev, ok := strings.CutSuffix(name, ".in-addr.arpa")
-	parts := strings.Split(rev, ".")
-	if !ok || len(parts) != 4 {
-		return false
-	}
-	ip, err := netip.ParseAddr(parts[3] + "." + parts[2] + "." + parts[1] + "." + parts[0])
-	return err == nil && !r.a.filter.special(ip)
 }
 
 func hasA(rrs []dns.RR) bool {

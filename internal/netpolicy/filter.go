@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +36,20 @@ type verdict struct {
 // the names its resolver answered.
 type filter struct {
 	special func(netip.Addr) bool // reserved, the host's, other sandboxes'
+	local   []string              // the host's own zones (Host.local)
 	pins    pins
+}
+
+// compiled is a sandbox's policy as the proxy and the resolver decide by
+// it. An Attachment holds one at a time and both read that one, so that
+// they cannot disagree on what a name may reach.
+type compiled struct {
+	policy.Network
+	open bool // Network.OpenInternet
+}
+
+func compile(pol policy.Network) *compiled {
+	return &compiled{Network: pol, open: pol.OpenInternet()}
 }
 
 // checkAddr decides a connection to dst:port whose name, for HTTP and
@@ -44,7 +58,7 @@ type filter struct {
 // are closed otherwise; a name allowed by AllowOut is trusted only at the
 // addresses the resolver gave this sandbox for it; then DenyOut; then the
 // mode.
-func (f *filter) check(pol *policy.Network, dst netip.Addr, port uint16, name string) verdict {
+func (f *filter) check(pol *compiled, dst netip.Addr, port uint16, name string) verdict {
 	for _, r := range pol.AllowOut {
 		if r.MatchAddr(dst) {
 			return verdict{true, "allowOut " + r.String()}
@@ -78,14 +92,14 @@ func (f *filter) check(pol *policy.Network, dst netip.Addr, port uint16, name st
 	if pol.Mode == policy.NetInternet {
 		return verdict{true, "internet"}
 	}
-	if name != "" && nameAllowed(pol, name) {
+	if ok, _ := f.nameReachable(pol, name); name != "" && ok {
 		return verdict{false, name + " did not resolve to this address through the sandbox's resolver"}
 	}
 	return verdict{false, "not in allowOut"}
 }
 
 // hasNameRules reports whether any rule of pol is a name.
-func hasNameRules(pol *policy.Network) bool {
+func hasNameRules(pol *compiled) bool {
 	for _, r := range append(pol.AllowOut[:len(pol.AllowOut):len(pol.AllowOut)], pol.DenyOut...) {
 		if r.Name != "" {
 			return true
@@ -95,7 +109,7 @@ func hasNameRules(pol *policy.Network) bool {
 }
 
 // hasDenyNames reports whether any DenyOut rule of pol is a name.
-func hasDenyNames(pol *policy.Network) bool {
+func hasDenyNames(pol *compiled) bool {
 	for _, r := range pol.DenyOut {
 		if r.Name != "" {
 			return true
@@ -105,7 +119,7 @@ func hasDenyNames(pol *policy.Network) bool {
 }
 
 // allowedByName reports whether a name rule of AllowOut matches name.
-func allowedByName(pol *policy.Network, name string) bool {
+func allowedByName(pol *compiled, name string) bool {
 	for _, r := range pol.AllowOut {
 		if r.MatchName(name) {
 			return true
@@ -115,7 +129,7 @@ func allowedByName(pol *policy.Network, name string) bool {
 }
 
 // deniedByName reports whether a name rule of DenyOut matches name.
-func deniedByName(pol *policy.Network, name string) bool {
+func deniedByName(pol *compiled, name string) bool {
 	for _, r := range pol.DenyOut {
 		if r.MatchName(name) {
 			return true
@@ -124,20 +138,65 @@ func deniedByName(pol *policy.Network, name string) bool {
 	return false
 }
 
-// nameAllowed reports whether the resolver may answer name at all.
-func nameAllowed(pol *policy.Network, name string) bool {
+// nameReachable reports whether name could lead the sandbox anywhere
+// under pol, and if not, why. It is the one judgement of names: the
+// resolver lets no other name leave the host (a lookup is a message to
+// whoever answers for the name, so a name asked upstream is data out,
+// DNS tunnelling, whether or not its answer is used), and the proxy
+// trusts a name only at addresses the resolver pinned for it.
+//
+// The order: names of the host's own network (isLocal) and reverse names
+// of addresses that are not public are never asked, whatever the rules;
+// then
+// allowOut's names, denyOut's names, and any other name only if the
+// internet is open (pol.open): there an address of the name could be one
+// the sandbox may reach, and DNS carries out nothing a connection could
+// not. Under allowInternetAccess with denyOut 0.0.0.0/0, only allowOut's
+// names are reachable, so only they are looked up.
+func (f *filter) nameReachable(pol *compiled, name string) (bool, string) {
 	switch {
+	case f.isLocal(name):
+		return false, "a name of the host's own network"
+	case isReverse(name) && !f.publicReverse(name):
+		return false, "a reverse lookup of a private or reserved address"
 	case allowedByName(pol, name):
-		return true
+		return true, ""
 	case deniedByName(pol, name):
+		return false, "refused by the sandbox's network policy"
+	case pol.open:
+		return true, ""
+	}
+	return false, "not allowed by the sandbox's network policy"
+}
+
+// isReverse reports whether name is in the reverse-mapping zones.
+func isReverse(name string) bool {
+	return inZone(name, "in-addr.arpa") || inZone(name, "ip6.arpa")
+}
+
+// inZone reports whether name is zone or a name below it.
+func inZone(name, zone string) bool {
+	return name == zone || strings.HasSuffix(name, "."+zone)
+}
+
+// publicReverse reports whether a reverse name is that of one public IPv4
+// address: the host's resolver may know names of private ones (a
+// split-horizon view, a cluster's pods and services), and a zone above an
+// address (10.in-addr.arpa) covers private ones too. Sandboxes have no
+// IPv6, so ip6.arpa is never theirs to ask.
+func (f *filter) publicReverse(name string) bool {
+	rev, ok := strings.CutSuffix(name, ".in-addr.arpa")
+	parts := strings.Split(rev, ".")
+	if !ok || len(parts) != 4 {
 		return false
 	}
-	return pol.Mode == policy.NetInternet
+	ip, err := netip.ParseAddr(parts[3] + "." + parts[2] + "." + parts[1] + "." + parts[0])
+	return err == nil && !f.special(ip)
 }
 
 // answerAllowed reports whether the resolver may hand out a as an address
 // of a name: never a reserved one, unless an address rule allows it.
-func (f *filter) answerAllowed(pol *policy.Network, a netip.Addr) bool {
+func (f *filter) answerAllowed(pol *compiled, a netip.Addr) bool {
 	for _, r := range pol.AllowOut {
 		if r.MatchAddr(a) {
 			return true

@@ -35,12 +35,14 @@ func TestFilterCheck(t *testing.T) {
 	f := &filter{special: testHost().special}
 	f.pins.add("allowed.test", netip.MustParseAddr("203.0.113.10"), time.Minute)
 	f.pins.add("rebind.test", netip.MustParseAddr("10.99.0.5"), time.Minute)
-	filtered := &policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "198.51.100.0/24", "10.1.0.0/16")}
-	internet := &policy.Network{Mode: policy.NetInternet, DenyOut: rules(t, "203.0.113.20", "denied.test")}
-	closed := &policy.Network{Mode: policy.NetFiltered}
+	filtered := compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "198.51.100.0/24", "10.1.0.0/16")})
+	internet := compile(policy.Network{Mode: policy.NetInternet, DenyOut: rules(t, "203.0.113.20", "denied.test")})
+	closed := compile(policy.Network{Mode: policy.NetFiltered})
+	// E2B's allowlist recipe.
+	recipe := compile(policy.Network{Mode: policy.NetInternet, DenyOut: rules(t, "0.0.0.0/0"), AllowOut: rules(t, "allowed.test")})
 	for _, tc := range []struct {
 		name string
-		pol  *policy.Network
+		pol  *compiled
 		dst  string
 		port uint16
 		sni  string
@@ -72,6 +74,9 @@ func TestFilterCheck(t *testing.T) {
 		{"internet, DNS elsewhere", internet, "203.0.113.53", 53, "", false},
 		{"internet, DNS over TLS elsewhere", internet, "203.0.113.53", 853, "", false},
 		{"closed", closed, "203.0.113.10", 443, "allowed.test", false},
+		{"recipe, allowed name at its address", recipe, "203.0.113.10", 443, "allowed.test", true},
+		{"recipe, another address", recipe, "203.0.113.30", 443, "other.test", false},
+		{"recipe, an address without a name", recipe, "203.0.113.30", 7000, "", false},
 	} {
 		v := f.check(tc.pol, netip.MustParseAddr(tc.dst), tc.port, tc.sni)
 		if v.allow != tc.want {
@@ -180,8 +185,8 @@ func TestResolverAnswer(t *testing.T) {
 
 	a := &Attachment{log: slog.New(slog.DiscardHandler)}
 	a.filter.special = testHost().special
-	a.pol.Store(&policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "rebind.test", "mixed.test")})
-	r := newResolver(a, []string{up.LocalAddr().String()})
+	a.pol.Store(compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "rebind.test", "mixed.test")}))
+	r := newResolver(a, []string{up.LocalAddr().String()}, DefaultDNSRate)
 	ask := func(name string, qt uint16) *dns.Msg {
 		q := new(dns.Msg)
 		q.SetQuestion(name, qt)
@@ -220,7 +225,7 @@ func TestResolverAnswer(t *testing.T) {
 		t.Errorf("names are not case-sensitive: %v", m)
 	}
 	// Names in escapes match rules as text but are other names on the wire.
-	a.pol.Store(&policy.Network{Mode: policy.NetInternet, AllowOut: rules(t, "*.allowed.test")})
+	a.pol.Store(compile(policy.Network{Mode: policy.NetInternet, AllowOut: rules(t, "*.allowed.test")}))
 	if m := ask(`x\.allowed.test.`, dns.TypeA); m.Rcode != dns.RcodeRefused {
 		t.Errorf("an escaped name: %v", m)
 	}
@@ -231,7 +236,7 @@ func TestResolverAnswer(t *testing.T) {
 		t.Errorf("a malformed reverse lookup: %v", m)
 	}
 	// The policy changes under the resolver at once.
-	a.pol.Store(&policy.Network{Mode: policy.NetFiltered})
+	a.pol.Store(compile(policy.Network{Mode: policy.NetFiltered}))
 	if m := ask("allowed.test.", dns.TypeA); m.Rcode != dns.RcodeNameError {
 		t.Errorf("after the policy closed: %v", m)
 	}

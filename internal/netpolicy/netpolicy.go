@@ -12,7 +12,6 @@
 package netpolicy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,22 +52,61 @@ var ErrUnavailable = errors.New("sandbox networks are not available on this host
 type Limits struct {
 	Connections int   // open at once; 0: DefaultConnections
 	Bandwidth   int64 // bytes per second in each direction; 0: no limit
+	// DNS packets to its resolver and new TCP connections (to its proxy,
+	// whatever their destination) a sandbox may send. The host's
+	// nftables rules count them, per sandbox, and drop the excess before
+	// it reaches the daemon: the resolver and the proxy run in the
+	// daemon, whose CPU no sandbox's cgroup is charged for. Zero:
+	// DefaultDNSRate, DefaultConnectionRate.
+	DNSRate, ConnectionRate Rate
 }
 
 // DefaultConnections is how many connections a sandbox may have open at once.
 const DefaultConnections = 256
 
+// Rate is N packets per Per, in bursts of up to Burst at once.
+type Rate struct {
+	N     uint64
+	Per   time.Duration // a second, a minute or an hour
+	Burst uint32
+}
+
+// The default rates: far above what package installers need (pip and
+// npm keep connections alive and look up a few names a second), far
+// below what would cost the daemon a core.
+var (
+	DefaultDNSRate        = Rate{N: 100, Per: time.Second, Burst: 200}
+	DefaultConnectionRate = Rate{N: 200, Per: time.Second, Burst: 400}
+)
+
+// ParseRate reads a rate as "N/s", "N/m" or "N/h" (per second, minute or
+// hour), with bursts of twice N.
+func ParseRate(s string) (Rate, error) {
+	n, unit, ok := strings.Cut(s, "/")
+	per := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}[unit]
+	v, err := strconv.ParseUint(n, 10, 32)
+	if !ok || per == 0 || err != nil || v == 0 || v > 1<<30 {
+		return Rate{}, fmt.Errorf("rate %q: want N/s, N/m or N/h with N from 1 to %d", s, 1<<30)
+	}
+	return Rate{N: v, Per: per, Burst: uint32(2 * v)}, nil
+}
+
 // Config is a Host's configuration.
 type Config struct {
 	Subnet   netip.Prefix // zero: DefaultSubnet
 	Upstream []string     // DNS servers, host:port; nil: the host's /etc/resolv.conf
-	Limits   Limits
+	// LocalZones are DNS zones of the host's network beyond the ones
+	// always refused (localZones, the host's search domains): a
+	// sandbox's lookups under them never leave the host.
+	LocalZones []string
+	Limits     Limits
 }
 
 // Host makes sandbox networks in the daemon's network namespace.
 type Host struct {
 	subnet   netip.Prefix
 	upstream []string
+	local    []string // zones no lookup of a sandbox leaves the host for, beyond localZones
 	limits   Limits
 	log      *slog.Logger
 
@@ -94,9 +133,29 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	if h.limits.Connections <= 0 {
 		h.limits.Connections = DefaultConnections
 	}
-	if h.upstream == nil {
-		h.upstream = hostResolvers("/etc/resolv.conf")
+	if h.limits.DNSRate.N == 0 {
+		h.limits.DNSRate = DefaultDNSRate
 	}
+	if h.limits.ConnectionRate.N == 0 {
+		h.limits.ConnectionRate = DefaultConnectionRate
+	}
+	for _, r := range []Rate{h.limits.DNSRate, h.limits.ConnectionRate} {
+		if r.Per != time.Second && r.Per != time.Minute && r.Per != time.Hour {
+			return nil, fmt.Errorf("a network rate is per second, minute or hour, not per %v", r.Per)
+		}
+	}
+	servers, search := resolvConf("/etc/resolv.conf")
+	if h.upstream == nil {
+		h.upstream = servers
+	}
+	// The host's search domains are its network's names: in Kubernetes
+	// the cluster's (namespace.svc.cluster.local, or a cluster domain of
+	// its own), elsewhere often a site's internal domain.
+	local, err := zoneNames(cfg.LocalZones)
+	if err != nil {
+		return nil, err
+	}
+	h.local = append(search, local...)
 	// Whether the kernel has nftables at all, without changing anything:
 	// the host's table is made when the first sandbox needs it.
 	if _, err := mappedInterfaces(); err != nil {
@@ -112,26 +171,6 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 		h.upstream[i] = u
 	}
 	return h, nil
-}
-
-// hostResolvers reads the nameservers of a resolv.conf.
-func hostResolvers(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return []string{}
-	}
-	defer f.Close()
-	out := []string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "nameserver" {
-			if a, err := netip.ParseAddr(fields[1]); err == nil && a.Is4() {
-				out = append(out, netip.AddrPortFrom(a, 53).String())
-			}
-		}
-	}
-	return out
 }
 
 // Subnet is where the sandboxes' veth pairs are numbered.
@@ -188,7 +227,7 @@ type Attachment struct {
 	ns     *os.File
 	link   link
 	ports  ports // in the host's table once set
-	pol    atomic.Pointer[policy.Network]
+	pol    atomic.Pointer[compiled]
 	filter filter
 	proxy  *proxy
 	dns    *resolver
@@ -214,8 +253,8 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		return nil, err
 	}
 	a = &Attachment{host: h, log: h.log.With("sandbox", id)}
-	a.filter.special = h.special
-	a.pol.Store(&pol)
+	a.filter.special, a.filter.local = h.special, h.local
+	a.pol.Store(compile(pol))
 	if a.slot, a.lock, err = claimSlot(h.slots()); err != nil {
 		return nil, err
 	}
@@ -267,12 +306,12 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		dpc.Close()
 		return a, fmt.Errorf("resolver listener: %w", err)
 	}
-	a.dns = newResolver(a, h.upstream)
+	a.dns = newResolver(a, h.upstream, h.limits.DNSRate)
 	go a.proxy.serve()
 	a.dns.serve(dpc, dln)
 	// Last: from now on the sandbox's traffic is redirected to them.
 	p := ports{proxy: port(pln.Addr()), dnsUDP: port(dpc.LocalAddr()), dnsTCP: port(dln.Addr())}
-	if err := addPorts(a.link.hostIf, p); err != nil {
+	if err := addPorts(a.link.hostIf, p, h.limits); err != nil {
 		return a, err
 	}
 	a.ports = p
@@ -302,9 +341,9 @@ func (a *Attachment) Namespace() *os.File { return a.ns }
 func (a *Attachment) Address() netip.Addr { return a.link.sandboxIP }
 
 // Policy is the sandbox's network policy now.
-func (a *Attachment) Policy() policy.Network { return *a.pol.Load() }
+func (a *Attachment) Policy() policy.Network { return a.pol.Load().Network }
 
-func (a *Attachment) policy() *policy.Network { return a.pol.Load() }
+func (a *Attachment) policy() *compiled { return a.pol.Load() }
 
 // Update replaces the sandbox's policy at once: connections it opens from
 // now on follow pol, and open ones that pol does not allow are cut. The
@@ -316,7 +355,7 @@ func (a *Attachment) Update(pol policy.Network) error {
 	if pol.Mode == policy.NetNone {
 		return errors.New("a sandbox's interface cannot be removed: deny everything instead")
 	}
-	a.pol.Store(&pol)
+	a.pol.Store(compile(pol))
 	a.proxy.recheck()
 	a.log.Info("network policy updated", "mode", string(pol.Mode), "allow", len(pol.AllowOut), "deny", len(pol.DenyOut))
 	return nil

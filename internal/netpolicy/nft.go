@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -20,12 +21,17 @@ import (
 // every airlock process, and never changes once made: it matches the
 // host ends of sandboxes' veth pairs by name (linkPrefix) and looks up,
 // per interface, the ports of that sandbox's proxy and resolver in three
-// maps. A sandbox's network is three map elements, added and removed in
-// one transaction each (adding a table or chain per sandbox registers
-// netfilter hooks, which costs milliseconds on these hosts).
+// maps. A sandbox's network is its elements in the maps and sets and a
+// chain of its own that holds its rate limits (a regular chain: it
+// registers no netfilter hook, as a table or base chain per sandbox
+// would, which costs milliseconds on these hosts), all added in one
+// transaction.
 //
 //	prerouting (filter, before any NAT): from an interface with no
-//	  element, everything is dropped.
+//	  element, everything is dropped; the rest jumps to the interface's
+//	  chain in the flood map, where DNS packets to the resolver and new
+//	  TCP connections beyond the sandbox's rates are dropped, before they
+//	  cost the daemon anything.
 //	prerouting (nat, ahead of other tables' NAT): from a sandbox, DNS to
 //	  the resolver address goes to that sandbox's resolver, every TCP
 //	  connection to its proxy: to the ports its interface maps to.
@@ -46,6 +52,10 @@ const (
 	// the host once redirected.
 	setTCPIn = "tcp_in"
 	setUDPIn = "udp_in"
+	// The verdict map from an interface to its chain of limits, each
+	// named floodPrefix + the interface.
+	mapFlood    = "flood"
+	floodPrefix = "flood-"
 )
 
 // ports are a sandbox's entries in the table's maps.
@@ -92,7 +102,7 @@ func ensureTable() error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	if _, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil {
-		return nil
+		return addFloodRule(c)
 	} else if !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -127,6 +137,10 @@ func ensureTable() error {
 	resolver := resolverAddr.As4()
 
 	rule(guard, fromSandbox, notMapped(mapProxy), drop())
+	if err := c.AddSet(floodMap(), nil); err != nil {
+		return fmt.Errorf("nftables map %s: %w", mapFlood, err)
+	}
+	rule(guard, fromSandbox, jumpByIf(mapFlood))
 	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), redirectByIf(mapDNSUDP))
 	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_TCP), dport(53), redirectByIf(mapDNSTCP))
 	rule(pre, fromSandbox, ipv4(), l4(unix.IPPROTO_TCP), redirectByIf(mapProxy))
@@ -142,14 +156,53 @@ func ensureTable() error {
 	return nil
 }
 
-// addPorts gives the sandbox behind hostIf its ports, in one transaction:
-// until then none of its traffic is redirected, so none is accepted.
-func addPorts(hostIf string, p ports) error {
+// addFloodRule gives a table made before the flood map (by an older
+// airlock) the map and the rule that looks it up; the caller holds the
+// host-wide lock. Sandboxes of older processes have no element in it,
+// so they keep running without limits, as they did.
+func addFloodRule(c *nftables.Conn) error {
+	if _, err := c.GetSetByName(table(), mapFlood); err == nil {
+		return nil
+	} else if !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nftables map %s: %w", mapFlood, err)
+	}
+	if err := c.AddSet(floodMap(), nil); err != nil {
+		return fmt.Errorf("nftables map %s: %w", mapFlood, err)
+	}
+	c.AddRule(&nftables.Rule{Table: table(), Chain: &nftables.Chain{Name: "guard", Table: table()},
+		Exprs: cat(ifPrefix(unix.NFT_META_IIFNAME), jumpByIf(mapFlood))})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables table %s: limits: %w", tableName, err)
+	}
+	return nil
+}
+
+func floodMap() *nftables.Set {
+	return &nftables.Set{Table: table(), Name: mapFlood, IsMap: true, KeyType: nftables.TypeIFName,
+		DataType: nftables.TypeVerdict, KeyByteOrder: binaryutil.NativeEndian}
+}
+
+// addPorts gives the sandbox behind hostIf its ports and its chain of
+// limits, in one transaction: until then none of its traffic is
+// redirected, so none is accepted, and once it is, it is limited.
+func addPorts(hostIf string, p ports, l Limits) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	key := ifKey(hostIf)
+	// The chain holds the limits' state (a token bucket per rule): one
+	// per sandbox, so that a flood spends only its own sandbox's budget.
+	ch := c.AddChain(&nftables.Chain{Name: floodPrefix + hostIf, Table: table()})
+	resolver := resolverAddr.As4()
+	c.AddRule(&nftables.Rule{Table: table(), Chain: ch,
+		Exprs: cat(ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), limitOver(l.DNSRate), drop())})
+	c.AddRule(&nftables.Rule{Table: table(), Chain: ch,
+		Exprs: cat(l4(unix.IPPROTO_TCP), ctNew(), limitOver(l.ConnectionRate), drop())})
+	if err := c.SetAddElements(floodMap(), []nftables.SetElement{{Key: key,
+		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}); err != nil {
+		return err
+	}
 	for _, e := range []struct {
 		m    string
 		port uint16
@@ -212,21 +265,28 @@ func removePorts(hostIf string) error {
 			errs = append(errs, fmt.Errorf("nftables: remove %s from %s: %w", hostIf, name, err))
 		}
 	}
-	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
+	for _, m := range []*nftables.Set{portMap(mapProxy), portMap(mapDNSUDP), portMap(mapDNSTCP), floodMap()} {
 		// One transaction per map: deleting an element that is not there
 		// fails its whole transaction.
-		if err := c.SetDeleteElements(portMap(m), []nftables.SetElement{{Key: ifKey(hostIf)}}); err != nil {
+		if err := c.SetDeleteElements(m, []nftables.SetElement{{Key: ifKey(hostIf)}}); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("nftables: remove %s from %s: %w", hostIf, m, err))
+			errs = append(errs, fmt.Errorf("nftables: remove %s from %s: %w", hostIf, m.Name, err))
 		}
+	}
+	// The chain last, once no element jumps to it (a chain still
+	// referenced cannot go).
+	c.DelChain(&nftables.Chain{Name: floodPrefix + hostIf, Table: table()})
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("nftables: remove the limits of %s: %w", hostIf, err))
 	}
 	return errors.Join(errs...)
 }
 
-// mappedInterfaces lists the interfaces that have elements in the maps.
+// mappedInterfaces lists the interfaces that have elements in the maps
+// or a chain of limits.
 func mappedInterfaces() ([]string, error) {
 	c, err := nftables.New()
 	if err != nil {
@@ -234,9 +294,12 @@ func mappedInterfaces() ([]string, error) {
 	}
 	seen := map[string]bool{}
 	var names []string
-	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
+	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP, mapFlood} {
 		set, err := c.GetSetByName(table(), m)
 		if err != nil {
+			if errors.Is(err, unix.ENOENT) && m == mapFlood {
+				continue // a table of an older airlock: no limits
+			}
 			if errors.Is(err, unix.ENOENT) {
 				return nil, nil // no table: nothing mapped
 			}
@@ -251,6 +314,16 @@ func mappedInterfaces() ([]string, error) {
 				seen[n] = true
 				names = append(names, n)
 			}
+		}
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("nftables chains: %w", err)
+	}
+	for _, ch := range chains {
+		if n, ok := strings.CutPrefix(ch.Name, floodPrefix); ok && ch.Table.Name == tableName && !seen[n] {
+			seen[n] = true
+			names = append(names, n)
 		}
 	}
 	return names, nil
@@ -341,6 +414,32 @@ func redirectByIf(m string) []expr.Any {
 		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: m},
 		&expr.Redir{RegisterProtoMin: 1},
 	}
+}
+
+// jumpByIf jumps to the chain that verdict map m gives the packet's
+// input interface; without an element the rule does not match.
+func jumpByIf(m string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: m},
+	}
+}
+
+// ctNew matches packets that open a connection (conntrack state new).
+func ctNew() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitNEW), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// limitOver matches packets beyond rate r, counted by this rule.
+func limitOver(r Rate) []expr.Any {
+	unit := map[time.Duration]expr.LimitTime{time.Second: expr.LimitTimeSecond, time.Minute: expr.LimitTimeMinute,
+		time.Hour: expr.LimitTimeHour}[r.Per]
+	return []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: r.N, Over: true, Unit: unit, Burst: r.Burst}}
 }
 
 // notMapped matches packets whose input interface has no element in m.

@@ -38,6 +38,8 @@ type proxy struct {
 	closed bool
 	conns  map[*relay]struct{} // every connection accepted and not ended
 	wg     sync.WaitGroup
+
+	accepted atomic.Int64 // connections that reached the daemon
 }
 
 // relay is one connection from the sandbox and what it was allowed for.
@@ -82,6 +84,7 @@ func (p *proxy) serve() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: let them pass
 			continue
 		}
+		p.accepted.Add(1)
 		select {
 		case p.slots <- struct{}{}:
 		default:

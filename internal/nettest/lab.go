@@ -67,8 +67,9 @@ var Names = map[string]netip.Addr{
 }
 
 // Aliases are names the internet's DNS answers with a CNAME to another
-// name of Names, and that name's address.
-var Aliases = map[string]string{"alias.test": "denied.test"}
+// name, and that name's address if it is one of Names: cluster-alias.test
+// points into a Kubernetes cluster's zone, as a public name may.
+var Aliases = map[string]string{"alias.test": "denied.test", "cluster-alias.test": "db.default.svc.cluster.local"}
 
 // Lab is a running fake internet.
 type Lab struct {

@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -171,6 +173,46 @@ func (n *Network) Validate() error {
 		}
 	}
 	return nil
+}
+
+// OpenInternet reports whether n lets the sandbox reach internet
+// addresses that no rule names: the internet mode, with denyOut's address
+// rules leaving some public IPv4 address open. Only then may a name that
+// no allowOut rule names lead somewhere the sandbox can reach, so only
+// then may such a name be looked up for it (E2B's allowlist recipe,
+// allowInternetAccess with denyOut 0.0.0.0/0 and allowOut names, opens
+// names, not the internet). An allowOut address rule opens its addresses
+// and no name.
+func (n *Network) OpenInternet() bool {
+	if n.Mode != NetInternet {
+		return false
+	}
+	// The closed part of the IPv4 space as intervals: reserved ranges
+	// and denyOut's prefixes. The internet is open if they leave a gap.
+	type span struct{ lo, hi uint64 }
+	closed := make([]span, 0, len(Reserved)+len(n.DenyOut))
+	add := func(p netip.Prefix) {
+		b := p.Masked().Addr().As4()
+		lo := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+		closed = append(closed, span{lo, lo + 1<<(32-p.Bits()) - 1})
+	}
+	for _, p := range Reserved {
+		add(p)
+	}
+	for _, r := range n.DenyOut {
+		if r.Name == "" && r.Prefix.IsValid() {
+			add(r.Prefix)
+		}
+	}
+	slices.SortFunc(closed, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	var next uint64 // the lowest address not known to be closed
+	for _, s := range closed {
+		if s.lo > next {
+			return true
+		}
+		next = max(next, s.hi+1)
+	}
+	return next <= 0xffffffff
 }
 
 // Reserved are the IPv4 destinations that are not the internet: this

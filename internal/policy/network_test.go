@@ -149,3 +149,47 @@ func TestPublic(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenInternet(t *testing.T) {
+	// Every IPv4 address but 0.0.0.0/8 and 10.0.0.0/8 (reserved), the
+	// first rule being 11.0.0.0/8.
+	everyPublic := []string{"11.0.0.0/8", "1.0.0.0/8", "2.0.0.0/7", "4.0.0.0/6", "8.0.0.0/7", "12.0.0.0/6", "16.0.0.0/4",
+		"32.0.0.0/3", "64.0.0.0/2", "128.0.0.0/1"}
+	rules := func(ss ...string) []Rule {
+		r, err := ParseRules(ss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		what string
+		n    Network
+		want bool
+	}{
+		{"the internet", Network{Mode: NetInternet}, true},
+		{"denyOut names only", Network{Mode: NetInternet, DenyOut: rules("*.tunnel.test", "denied.test")}, true},
+		{"denyOut some addresses", Network{Mode: NetInternet, DenyOut: rules("203.0.113.0/24", "0.0.0.0/1")}, true},
+		// E2B's allowlist recipe: allowInternetAccess, denyOut everything,
+		// allowOut names (or addresses): no address is open that no rule names.
+		{"denyOut 0.0.0.0/0", Network{Mode: NetInternet, DenyOut: rules("0.0.0.0/0"), AllowOut: rules("allowed.test", "198.51.100.0/24")}, false},
+		{"denyOut the two halves", Network{Mode: NetInternet, DenyOut: rules("0.0.0.0/1", "128.0.0.0/1")}, false},
+		// The reserved ranges are closed anyway: denyOut need not name
+		// 0.0.0.0/8 or 10.0.0.0/8.
+		{"denyOut every public range", Network{Mode: NetInternet, DenyOut: rules(everyPublic...)}, false},
+		{"denyOut every public range but 11/8", Network{Mode: NetInternet, DenyOut: rules(everyPublic[1:]...)}, true},
+		{"denyOut every public range but one address", Network{Mode: NetInternet, DenyOut: rules(append(everyPublic[1:],
+			"11.0.0.0/9", "11.128.0.0/10", "11.192.0.0/11", "11.224.0.0/12", "11.240.0.0/13", "11.248.0.0/14", "11.252.0.0/15",
+			"11.254.0.0/16", "11.255.0.0/17", "11.255.128.0/18", "11.255.192.0/19", "11.255.224.0/20", "11.255.240.0/21",
+			"11.255.248.0/22", "11.255.252.0/23", "11.255.254.0/24", "11.255.255.0/25", "11.255.255.128/26",
+			"11.255.255.192/27", "11.255.255.224/28", "11.255.255.240/29", "11.255.255.248/30", "11.255.255.252/31",
+			"11.255.255.254")...)}, true},
+		{"allowOut names", Network{Mode: NetFiltered, AllowOut: rules("allowed.test")}, false},
+		{"allowOut 0.0.0.0/0 without the internet", Network{Mode: NetFiltered, AllowOut: rules("0.0.0.0/0")}, false},
+		{"no network", Network{}, false},
+	} {
+		if got := tc.n.OpenInternet(); got != tc.want {
+			t.Errorf("%s: OpenInternet() = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+}

