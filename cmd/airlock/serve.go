@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
@@ -64,6 +65,13 @@ func serveCmd(args []string) error {
 	}
 	if *configPath != "" {
 		if err := config.Load(*configPath, &cfg); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	// A weak key is refused before anything starts (a stored one, once
+	// the state directory is open, by config.APIKey).
+	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
+		if err := apikey.Check("AIRLOCK_API_KEY", k); err != nil {
 			return usageError{err.Error()}
 		}
 	}
@@ -149,10 +157,11 @@ func serveCmd(args []string) error {
 	}
 	// Older than any sandbox takes between making its cgroup and starting.
 	cgroups.SweepOrphans(2 * backend.SetupTimeout)
-	key, err := config.APIKey(cfg.StateDir)
+	apiKey, err := config.APIKey(cfg.StateDir)
 	if err != nil {
-		return err
+		return usageError{err.Error()}
 	}
+	key := apiKey.Value
 	mcfg.TokenKey = sandbox.DeriveTokenKey(key)
 	m := sandbox.NewManager(mcfg, isolation, log)
 	if cfg.Domain == "" {
@@ -193,8 +202,9 @@ func serveCmd(args []string) error {
 		&sdk.StreamableHTTPOptions{SessionTimeout: time.Duration(cfg.DefaultTimeout), Logger: log}))
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
-	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
-	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir)
+	announce(os.Stdout, isTerminal(os.Stdout), apiKey, url)
+	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir,
+		"api_key", apikey.Fingerprint(key), "api_key_from", apiKey.From)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -227,6 +237,20 @@ func serveCmd(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// announce prints what an E2B client needs, as environment lines. The
+// key itself only when this start generated it and stdout is a
+// terminal: a key printed to a pipe or a file lands in logs (a service's
+// journal, a pod's log) and outlives the screen. Otherwise a comment
+// says where the key is and gives its fingerprint.
+func announce(w io.Writer, tty bool, key config.Key, url string) {
+	if key.Generated && tty {
+		fmt.Fprintf(w, "E2B_API_KEY=%s\n", key.Value)
+	} else {
+		fmt.Fprintf(w, "# E2B_API_KEY is the key in %s (%s)\n", key.From, apikey.Fingerprint(key.Value))
+	}
+	fmt.Fprintf(w, "E2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", url, url)
 }
 
 // buildHost starts build sandboxes as the manager's private ones.

@@ -22,6 +22,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/nettest"
 )
 
+// testKey is the servers' API key in these tests.
+const testKey = "e2b_test_0123456789abcdef0123456789abcdef"
+
 // server is a running airlock serve.
 type server struct {
 	cmd      *exec.Cmd
@@ -41,7 +44,7 @@ func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...strin
 	t.Helper()
 	airlocktest.RequiresRoot(t)
 	cmd := exec.Command(airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)...)
-	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY=e2b_test_key")
+	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+testKey)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +59,7 @@ func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...strin
 	if err := start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, key: "e2b_test_key", stateDir: stateDir, client: client}
+	s := &server{cmd: cmd, key: testKey, stateDir: stateDir, client: client}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "E2B_API_URL="); ok {

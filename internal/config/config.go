@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
@@ -367,25 +368,36 @@ func (s Images) snapshot(img *image.Image) (sandbox.Template, error) {
 		PoolSize: s.PoolSize, Version: img.Created.String() + img.Snapshot.Dir}, nil
 }
 
+// Key is the server's API key and where it is kept.
+type Key struct {
+	Value string
+	// From is where the key is kept: "AIRLOCK_API_KEY", or the file's
+	// path; the key itself is never printed unless Generated.
+	From string
+	// Generated: this start made the key (and stored it in From).
+	Generated bool
+}
+
 // APIKey returns the key clients must present: AIRLOCK_API_KEY if set,
-// else the one stored in the state directory, created on first start.
-func APIKey(stateDir string) (string, error) {
+// else the one stored in the state directory, created on first start. A
+// key too weak to guard the server is refused (apikey.Check).
+func APIKey(stateDir string) (Key, error) {
 	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
-		return k, nil
+		return Key{Value: k, From: "AIRLOCK_API_KEY"}, apikey.Check("AIRLOCK_API_KEY", k)
 	}
 	path := filepath.Join(stateDir, "api-key")
 	if data, err := os.ReadFile(path); err == nil {
 		if k := strings.TrimSpace(string(data)); k != "" {
-			return k, nil
+			return Key{Value: k, From: path}, apikey.Check("the API key in "+path, k)
 		}
 	}
 	var b [20]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
+		return Key{}, err
 	}
 	k := "e2b_" + hex.EncodeToString(b[:])
 	if err := os.WriteFile(path, []byte(k+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("store API key: %w", err)
+		return Key{}, fmt.Errorf("store API key: %w", err)
 	}
-	return k, nil
+	return Key{Value: k, From: path, Generated: true}, nil
 }
