@@ -175,3 +175,34 @@ func TestServeRefusesWeakKeys(t *testing.T) {
 		t.Errorf("a weak stored key: exit %d, %q", cmd.ProcessState.ExitCode(), out)
 	}
 }
+
+// TestServeTokensOutliveKeyRotation: sandboxes' tokens come from a secret
+// of the state directory, not from the API key: a token says nothing
+// about the key, and a server restarted with another key still knows
+// the tokens it issued (a gone sandbox's token gets 502, not 401).
+func TestServeTokensOutliveKeyRotation(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir, "--pool-size", "0")
+	c := s.create(t)
+	if code, body := s.do(t, "DELETE", "/sandboxes/"+c.SandboxID, nil, map[string]string{"X-API-KEY": s.key}); code != 204 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	s.stop(t)
+	fi, err := os.Stat(filepath.Join(dir, "token-key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the token key: %v %v, want a file of mode 0600", fi, err)
+	}
+
+	rotated := "e2b_rotated_fedcba9876543210fedcba9876543210"
+	s = startServeKey(t, nil, rotated, dir, "--pool-size", "0")
+	defer s.stop(t)
+	if code, body := s.do(t, "GET", "/health", nil, sandboxHeaders(c, c.EnvdAccessToken)); code != 502 {
+		t.Errorf("a gone sandbox's token after the key changed: %d %s, want 502 (a token this server issued)", code, body)
+	}
+	if code, _ := s.do(t, "GET", "/health", nil, sandboxHeaders(c, "0"+c.EnvdAccessToken[1:])); code != 401 && c.EnvdAccessToken[0] != '0' {
+		t.Errorf("a wrong token: %d, want 401", code)
+	}
+	if code, _ := s.do(t, "GET", "/v2/sandboxes", nil, map[string]string{"X-API-KEY": testKey}); code != 401 {
+		t.Errorf("the old key after rotation: %d, want 401", code)
+	}
+}

@@ -162,7 +162,9 @@ func serveCmd(args []string) error {
 		return usageError{err.Error()}
 	}
 	key := apiKey.Value
-	mcfg.TokenKey = sandbox.DeriveTokenKey(key)
+	if mcfg.TokenKey, err = config.TokenKey(cfg.StateDir); err != nil {
+		return err
+	}
 	m := sandbox.NewManager(mcfg, isolation, log)
 	if cfg.Domain == "" {
 		_, port, _ := net.SplitHostPort(ln.Addr().String())

@@ -42,9 +42,15 @@ func startServe(t *testing.T, stateDir string, args ...string) *server {
 // test's own), and talks to it there.
 func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...string) *server {
 	t.Helper()
+	return startServeKey(t, lab, testKey, stateDir, args...)
+}
+
+// startServeKey is startServeIn with the API key key.
+func startServeKey(t *testing.T, lab *nettest.Lab, key, stateDir string, args ...string) *server {
+	t.Helper()
 	airlocktest.RequiresRoot(t)
 	cmd := exec.Command(airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)...)
-	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+testKey)
+	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+key)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +65,7 @@ func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...strin
 	if err := start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, key: testKey, stateDir: stateDir, client: client}
+	s := &server{cmd: cmd, key: key, stateDir: stateDir, client: client}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "E2B_API_URL="); ok {

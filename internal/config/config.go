@@ -401,3 +401,42 @@ func APIKey(stateDir string) (Key, error) {
 	}
 	return Key{Value: k, From: path, Generated: true}, nil
 }
+
+// TokenKey returns the secret that sandboxes' access and traffic tokens
+// are derived from (sandbox.Config.TokenKey): 32 random bytes made on
+// first start and kept in the state directory (token-key, mode 0600),
+// so that tokens stay valid across restarts. It is not derived from the
+// API key: a token, which every client of a sandbox holds, must not be
+// a way to test guesses of the key offline, and rotating the key must
+// not change the tokens of sandboxes that live on.
+func TokenKey(stateDir string) ([]byte, error) {
+	path := filepath.Join(stateDir, "token-key")
+	key := make([]byte, 32)
+	rand.Read(key)
+	// O_EXCL: of two daemons that share the state directory and start
+	// at once, one writes the key and both read it.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.WriteString(hex.EncodeToString(key) + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+			return nil, fmt.Errorf("store the token key: %w", err)
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("store the token key: %w", err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the token key: %w", err)
+	}
+	key, err = hex.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(key) != 32 {
+		return nil, fmt.Errorf("the token key in %s is damaged (want 64 hex digits): remove it to make a new one (sandboxes' tokens then change)", path)
+	}
+	return key, nil
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +125,32 @@ func TestWeakAPIKeysRefused(t *testing.T) {
 	}
 	if _, err := APIKey(dir); err == nil || !strings.Contains(err.Error(), "too weak") {
 		t.Errorf("a weak stored key: %v, want refused", err)
+	}
+}
+
+// TestTokenKey: sandboxes' tokens come from a random secret of the state
+// directory, kept across starts, whatever the API key.
+func TestTokenKey(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	t.Setenv("AIRLOCK_API_KEY", "e2b_0123456789abcdef0123456789abcdef01234567")
+	k, err := TokenKey(dir)
+	if err != nil || len(k) != 32 {
+		t.Fatalf("TokenKey = %x, %v", k, err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "token-key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("stored token key: %v %v, want mode 0600", fi, err)
+	}
+	t.Setenv("AIRLOCK_API_KEY", "e2b_fedcba9876543210fedcba9876543210fedcba98")
+	if again, err := TokenKey(dir); err != nil || !bytes.Equal(again, k) {
+		t.Errorf("after the API key changed: %x %v, want the stored %x", again, err, k)
+	}
+	// Same API key, another state directory: another secret.
+	if o, err := TokenKey(other); err != nil || bytes.Equal(o, k) {
+		t.Errorf("another state directory's token key: %x %v, want another random one", o, err)
+	}
+	os.WriteFile(filepath.Join(other, "token-key"), []byte("short\n"), 0o600)
+	if _, err := TokenKey(other); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("a damaged token key: %v, want refused", err)
 	}
 }
