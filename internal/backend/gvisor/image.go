@@ -217,6 +217,7 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	file := filepath.Join(s.b.dir, "upper.tar")
 	defer os.Remove(file)
 	cmd := exec.CommandContext(ctx, s.runsc, append(s.b.runscArgs(), "tar", "rootfs-upper", "--file", file, s.b.id)...)
+	cmd.Env = runscEnv
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("runsc tar rootfs-upper: %v: %s", err, strings.TrimSpace(string(out)))
 	}
