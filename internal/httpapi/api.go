@@ -812,12 +812,18 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string
 	}
 	// envd needs the sandbox's access token; its other ports take the
 	// traffic token too (the SDKs send only that for some calls).
-	authorized := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
-		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token"))) ||
-		(port == agentproto.EnvdPort && signedFor(r, sb))
-	if !authorized {
+	token := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
+		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
+	signed := !token && port == agentproto.EnvdPort && signedFor(r, sb)
+	if !token && !signed {
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
+	}
+	if signed {
+		// A signed URL acts as the user it was signed for, whom its
+		// query names: an Authorization header, where envd reads the
+		// user first, must not name another (root).
+		r.Header.Del("Authorization")
 	}
 	// The agent's private endpoints are the daemon's alone.
 	if strings.HasPrefix(r.URL.Path, agentproto.SetupPath) {

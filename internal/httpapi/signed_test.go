@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,19 @@ func TestSignedFileURLs(t *testing.T) {
 	hdr.Set("E2b-Sandbox-Id", c.SandboxID)
 	if code := get(good, "GET", hdr); code != http.StatusNotFound {
 		t.Errorf("its own signature, naming it: %d, want the agent's 404", code)
+	}
+}
+
+// TestSignedURLActsAsItsUser: the user a URL was signed for is the user
+// it acts as; an Authorization header naming another is dropped.
+func TestSignedURLActsAsItsUser(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	c := a.create(nil)
+	home := strings.TrimSpace(a.run(c, "pwd; printf mine > f"))
+	q := sign(home+"/f", "read", "user", c.EnvdAccessToken, 0)
+	root := http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("root:"))}}
+	code, _, data := a.do("GET", "/files?"+q.Encode(), nil, root)
+	if code != http.StatusOK || string(data) != "mine" {
+		t.Errorf("a URL signed for user, with Basic root: %d %s, want the file as user", code, data)
 	}
 }
