@@ -54,10 +54,11 @@ func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "agent", "agent"
-			// The agent needs neither credential; neither should linger.
-			pr.Out.Header.Del("X-Access-Token")
-			pr.Out.Header.Del("E2B-Traffic-Access-Token")
-			pr.Out.Header.Del("X-API-KEY")
+			// The agent needs no credential; none should linger.
+			for _, h := range credentialHeaders {
+				pr.Out.Header.Del(h)
+			}
+			agentAuthorization(pr.Out.Header)
 		},
 		// Each request goes to the agent of the sandbox it was routed to.
 		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
@@ -88,9 +89,12 @@ func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 			pr.SetXForwarded()
 			// Airlock's own headers and credentials stay out of the
 			// sandbox's servers.
-			for _, h := range []string{"X-Access-Token", "E2B-Traffic-Access-Token", "X-API-KEY", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
+			for _, h := range credentialHeaders {
 				pr.Out.Header.Del(h)
 			}
+			pr.Out.Header.Del("E2b-Sandbox-Id")
+			pr.Out.Header.Del("E2b-Sandbox-Port")
+			s.dropKeyAuthorization(pr.Out.Header, sb)
 		},
 		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
 			return r.Context().Value(sandboxKey{}).(*sandbox.Sandbox).PortTransport().RoundTrip(r)

@@ -94,3 +94,25 @@ func TestSignedURLActsAsItsUser(t *testing.T) {
 		t.Errorf("a URL signed for user, with Basic root: %d %s, want the file as user", code, data)
 	}
 }
+
+func TestAgentAuthorization(t *testing.T) {
+	basic := func(s string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(s)) }
+	for in, want := range map[string]string{
+		"":                    "",
+		"Bearer " + key:       "",
+		key:                   "",
+		basic("root:" + key):  basic("root:"),
+		basic("user:"):        basic("user:"),
+		basic(":" + key):      "",
+		"Digest username=bob": "",
+	} {
+		h := http.Header{}
+		if in != "" {
+			h.Set("Authorization", in)
+		}
+		agentAuthorization(h)
+		if got := h.Get("Authorization"); got != want {
+			t.Errorf("Authorization %q became %q, want %q", in, got, want)
+		}
+	}
+}
