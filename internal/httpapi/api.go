@@ -60,6 +60,12 @@ func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 			}
 			agentAuthorization(pr.Out.Header)
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.URL.Path == agentproto.FilesPath {
+				fileAnswer(resp)
+			}
+			return nil
+		},
 		// Each request goes to the agent of the sandbox it was routed to.
 		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
 			return r.Context().Value(sandboxKey{}).(*sandbox.Sandbox).Transport().RoundTrip(r)

@@ -95,6 +95,61 @@ func TestSignedURLActsAsItsUser(t *testing.T) {
 	}
 }
 
+// TestFileAnswersCannotScript: what a sandbox serves as a file reaches a
+// browser, on the API's origin, as a download that nothing renders.
+func TestFileAnswersCannotScript(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	c := a.create(nil)
+	home := strings.TrimSpace(a.run(c, `pwd; printf '<script>alert(localStorage)</script>' > '"page; x=.html'`))
+	name := home + `/"page; x=.html`
+	check := func(how string, code int, h http.Header, data []byte) {
+		t.Helper()
+		if code != http.StatusOK || !strings.Contains(string(data), "<script>") {
+			t.Fatalf("%s: %d %s", how, code, data)
+		}
+		want := map[string]string{
+			"Content-Type":            "application/octet-stream",
+			"Content-Disposition":     `attachment; filename=_page__x_.html`,
+			"X-Content-Type-Options":  "nosniff",
+			"Content-Security-Policy": "sandbox; default-src 'none'",
+		}
+		for k, v := range want {
+			if got := h.Get(k); got != v {
+				t.Errorf("%s: %s %q, want %q", how, k, got, v)
+			}
+		}
+	}
+	q := sign(name, "read", "", c.EnvdAccessToken, 0)
+	code, h, data := a.do("GET", "/files?"+q.Encode(), nil, nil)
+	check("signed", code, h, data)
+	code, h, data = a.do("GET", "/files?"+url.Values{"path": {name}}.Encode(), nil, http.Header{"E2b-Sandbox-Id": {c.SandboxID}, "E2b-Sandbox-Port": {"49983"}, "X-Access-Token": {c.EnvdAccessToken}})
+	check("with the token", code, h, data)
+	// An error stays JSON, for the SDKs, and is not rendered either.
+	q = sign(home+"/none", "read", "", c.EnvdAccessToken, 0)
+	code, h, _ = a.do("GET", "/files?"+q.Encode(), nil, nil)
+	if code != http.StatusNotFound || h.Get("Content-Type") != "application/json" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Content-Security-Policy") == "" {
+		t.Errorf("a missing file: %d %v", code, h)
+	}
+}
+
+func TestDownloadName(t *testing.T) {
+	for in, want := range map[string]string{
+		"/home/user/report.csv":  "report.csv",
+		"/home/user/a b\"c;d":    "a_b_c_d",
+		"/home/user/":            "user",
+		"/":                      "download",
+		"":                       "download",
+		"../../..":               "download",
+		"/x/\r\nSet-Cookie: a=b": "__Set-Cookie__a_b",
+		"/x/..hidden":            "hidden",
+		"/x/naïve.txt":           "na__ve.txt",
+	} {
+		if got := downloadName(in); got != want {
+			t.Errorf("downloadName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestAgentAuthorization(t *testing.T) {
 	basic := func(s string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(s)) }
 	for in, want := range map[string]string{
