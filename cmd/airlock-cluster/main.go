@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/cluster"
 	"github.com/airlock-sandbox/airlock/internal/console"
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 )
 
 // usageError is bad input: one line, exit code 2, as airlock's own.
@@ -107,14 +108,12 @@ func routerCmd(args []string) error {
 		return err
 	}
 	rt.Console = console.Handler()
-	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
 	// The key came from the environment (a Secret): never printed, it
 	// would land in the pod's log.
 	fmt.Printf("# E2B_API_KEY is the key in AIRLOCK_API_KEY (%s)\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", apikey.Fingerprint(key), url, url)
 	log.Info("airlock router serving", "listen", ln.Addr().String(), "api_key", apikey.Fingerprint(key))
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	srv, errc := httpserve.Serve(ln, rt, httpserve.Limits{})
 	select {
 	case err = <-errc:
 	case <-ctx.Done():

@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/console"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
@@ -202,14 +203,12 @@ func serveCmd(args []string) error {
 	api.HandleAuthenticated("/mcp", sdk.NewStreamableHTTPHandler(
 		func(*http.Request) *sdk.Server { return mcpServer },
 		&sdk.StreamableHTTPOptions{SessionTimeout: time.Duration(cfg.DefaultTimeout), Logger: log}))
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
 	announce(os.Stdout, isTerminal(os.Stdout), apiKey, url)
 	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir,
 		"api_key", apikey.Fingerprint(key), "api_key_from", apiKey.From)
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	srv, errc := httpserve.Serve(ln, api, httpserve.Limits{MaxConns: cfg.MaxConnections, IdleTimeout: time.Duration(cfg.IdleTimeout)})
 	// In a cluster the node registers once it answers, and deregisters
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}

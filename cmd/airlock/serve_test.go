@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -569,5 +571,54 @@ func TestStateDirMode(t *testing.T) {
 	}
 	if err := openStateDir(t.Context(), dir, newBackends(dir, "", log), log); err == nil || !strings.Contains(err.Error(), "owned") {
 		t.Errorf("a state directory owned by nobody: %v, want a refusal", err)
+	}
+}
+
+// TestServeConnectionLimits: with the config's idleTimeout and
+// maxConnections, an idle keep-alive connection is closed, and a
+// connection past the bound waits until another closes.
+func TestServeConnectionLimits(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(config, []byte(`{"idleTimeout": "1s", "maxConnections": 2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, filepath.Join(dir, "state"), "--pool-size", "0", "--config", config)
+	defer s.stop(t)
+	addr := strings.TrimPrefix(s.url, "http://")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	idle := dial()
+	br := bufio.NewReader(idle)
+	fmt.Fprint(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	io.CopyN(io.Discard, br, int64(len("ok\n")))
+	idle.SetReadDeadline(time.Now().Add(time.Minute)) // eventually; a minute only stops a hang
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("an idle keep-alive connection: read %v, want EOF (closed by the server)", err)
+	}
+
+	// Two connections that have sent nothing yet hold both places.
+	held := []net.Conn{dial(), dial()}
+	extra := dial()
+	fmt.Fprint(extra, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	br = bufio.NewReader(extra)
+	extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := br.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection while two are held: read %v, want no answer yet", err)
+	}
+	held[0].Close()
+	extra.SetReadDeadline(time.Now().Add(time.Minute))
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("once one closed: %v %v, want an answer", resp, err)
 	}
 }

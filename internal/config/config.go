@@ -58,6 +58,11 @@ type Config struct {
 	// an image with a start command keeps, once it was first asked for
 	// (default 1; 0: none).
 	TemplatePoolSize *int `json:"templatePoolSize"`
+	// MaxConnections bounds the connections the API's listener holds at
+	// once (0: 4096; more wait until one closes), and IdleTimeout closes
+	// a keep-alive connection idle that long between requests (0: 2m).
+	MaxConnections int      `json:"maxConnections"`
+	IdleTimeout    Duration `json:"idleTimeout"`
 }
 
 // Builds is how template builds run: each in a sandbox of its own.
@@ -237,6 +242,9 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 	}
 	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
 		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")
+	}
+	if cfg.MaxConnections < 0 || cfg.IdleTimeout < 0 {
+		return mc, errors.New("maxConnections and idleTimeout must not be negative")
 	}
 	for name := range cfg.Templates {
 		if !slices.Contains(Builtin, name) {
