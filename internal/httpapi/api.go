@@ -39,12 +39,15 @@ type Server struct {
 	templates *Templates
 	// hostDirs are never named to clients (public).
 	hostDirs []string
+	// signedLimits slow each client's signed URLs that name no sandbox.
+	signedLimits *clientLimits
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
 // are {port}-{sandboxID}.{domain}.
 func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
-	s := &Server{m: m, apiKey: apiKey, domain: domain, log: log, mux: http.NewServeMux()}
+	s := &Server{m: m, apiKey: apiKey, domain: domain, log: log, mux: http.NewServeMux(),
+		signedLimits: newClientLimits(signedRate, signedBurst, maxClients)}
 	if dir := m.StateDir(); dir != "" {
 		s.hostDirs = append(s.hostDirs, dir)
 	}
@@ -186,6 +189,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == agentproto.FilesPath && r.URL.Query().Has("signature") {
+		if !s.signedLimits.allow(r.RemoteAddr) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "too many signed file URLs from this address: try again later")
+			return
+		}
 		sb := s.signedSandbox(r)
 		if sb == nil {
 			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")

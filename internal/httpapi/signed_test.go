@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -169,5 +171,71 @@ func TestAgentAuthorization(t *testing.T) {
 		if got := h.Get("Authorization"); got != want {
 			t.Errorf("Authorization %q became %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestSignedURLsRateLimited: a client may try only so many signed URLs
+// that name no sandbox (each costs a hash per sandbox); then 429 with
+// Retry-After. A URL that names its sandbox costs one hash and passes.
+func TestSignedURLsRateLimited(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	a.s.signedLimits = newClientLimits(rate.Every(time.Hour), 3, maxClients)
+	c := a.create(nil)
+	bad := sign("/home/user/f", "read", "", "guess", 0)
+	for i := range 3 {
+		if code, _, data := a.do("GET", "/files?"+bad.Encode(), nil, nil); code != http.StatusUnauthorized {
+			t.Fatalf("try %d: %d %s, want 401", i, code, data)
+		}
+	}
+	good := sign("/home/user/f", "read", "", c.EnvdAccessToken, 0)
+	code, h, data := a.do("GET", "/files?"+good.Encode(), nil, nil)
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Errorf("past the limit: %d %v %s, want 429 with Retry-After", code, h, data)
+	}
+	apiError(t, code, data)
+	hdr := http.Header{"E2b-Sandbox-Id": {c.SandboxID}, "E2b-Sandbox-Port": {"49983"}}
+	if code, _, data := a.do("GET", "/files?"+good.Encode(), nil, hdr); code != http.StatusNotFound {
+		t.Errorf("naming its sandbox: %d %s, want the agent's 404", code, data)
+	}
+}
+
+func TestClientLimits(t *testing.T) {
+	l := newClientLimits(rate.Every(time.Hour), 1, 100)
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"192.0.2.1:1000", true},
+		{"192.0.2.1:2000", false}, // the same address, another port
+		{"[::ffff:192.0.2.1]:3000", false},
+		{"192.0.2.2:1000", true},
+		{"[2001:db8::1]:1", true},
+		{"[2001:db8::ffff:1]:1", false}, // the same /64
+		{"[2001:db8:0:1::1]:1", true},
+		{"not an address", false},
+	} {
+		if got := l.allow(tc.addr); got != tc.want {
+			t.Errorf("allow(%s) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// TestClientLimitsBounded: past the clients it remembers, new addresses
+// share one bucket rather than each getting a fresh one.
+func TestClientLimitsBounded(t *testing.T) {
+	l := newClientLimits(rate.Every(time.Hour), 1, 2)
+	for _, addr := range []string{"192.0.2.1:1", "192.0.2.2:1"} {
+		if !l.allow(addr) {
+			t.Fatalf("%s refused", addr)
+		}
+	}
+	if !l.allow("192.0.2.3:1") {
+		t.Errorf("the first client past the bound: refused, want the shared bucket's one try")
+	}
+	if l.allow("192.0.2.4:1") {
+		t.Errorf("a second client past the bound: allowed, want the shared bucket empty")
+	}
+	if len(l.clients) > 2 {
+		t.Errorf("%d clients remembered, want at most 2", len(l.clients))
 	}
 }
