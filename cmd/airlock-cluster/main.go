@@ -24,8 +24,10 @@ import (
 
 	"k8s.io/client-go/dynamic"
 
+	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/cluster"
 	"github.com/airlock-sandbox/airlock/internal/console"
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 )
 
 // usageError is bad input: one line, exit code 2, as airlock's own.
@@ -59,6 +61,9 @@ func connect(kubeconfig string) (string, dynamic.Interface, error) {
 	key := os.Getenv("AIRLOCK_API_KEY")
 	if key == "" {
 		return "", nil, usageError{"AIRLOCK_API_KEY must be set: the router and every node share one API key"}
+	}
+	if err := apikey.Check("AIRLOCK_API_KEY", key); err != nil {
+		return "", nil, usageError{err.Error()}
 	}
 	client, err := cluster.Client(kubeconfig)
 	if err != nil {
@@ -103,12 +108,12 @@ func routerCmd(args []string) error {
 		return err
 	}
 	rt.Console = console.Handler()
-	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
-	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
-	log.Info("airlock router serving", "listen", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	// The key came from the environment (a Secret): never printed, it
+	// would land in the pod's log.
+	fmt.Printf("# E2B_API_KEY is the key in AIRLOCK_API_KEY (%s)\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", apikey.Fingerprint(key), url, url)
+	log.Info("airlock router serving", "listen", ln.Addr().String(), "api_key", apikey.Fingerprint(key))
+	srv, errc := httpserve.Serve(ln, rt, httpserve.Limits{})
 	select {
 	case err = <-errc:
 	case <-ctx.Done():

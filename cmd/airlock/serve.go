@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
@@ -27,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/console"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
@@ -64,6 +66,13 @@ func serveCmd(args []string) error {
 	}
 	if *configPath != "" {
 		if err := config.Load(*configPath, &cfg); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	// A weak key is refused before anything starts (a stored one, once
+	// the state directory is open, by config.APIKey).
+	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
+		if err := apikey.Check("AIRLOCK_API_KEY", k); err != nil {
 			return usageError{err.Error()}
 		}
 	}
@@ -149,11 +158,14 @@ func serveCmd(args []string) error {
 	}
 	// Older than any sandbox takes between making its cgroup and starting.
 	cgroups.SweepOrphans(2 * backend.SetupTimeout)
-	key, err := config.APIKey(cfg.StateDir)
+	apiKey, err := config.APIKey(cfg.StateDir)
 	if err != nil {
+		return usageError{err.Error()}
+	}
+	key := apiKey.Value
+	if mcfg.TokenKey, err = config.TokenKey(cfg.StateDir); err != nil {
 		return err
 	}
-	mcfg.TokenKey = sandbox.DeriveTokenKey(key)
 	m := sandbox.NewManager(mcfg, isolation, log)
 	if cfg.Domain == "" {
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
@@ -191,13 +203,12 @@ func serveCmd(args []string) error {
 	api.HandleAuthenticated("/mcp", sdk.NewStreamableHTTPHandler(
 		func(*http.Request) *sdk.Server { return mcpServer },
 		&sdk.StreamableHTTPOptions{SessionTimeout: time.Duration(cfg.DefaultTimeout), Logger: log}))
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 30 * time.Second}
 	url := "http://" + ln.Addr().String()
-	fmt.Printf("E2B_API_KEY=%s\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", key, url, url)
-	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir)
+	announce(os.Stdout, isTerminal(os.Stdout), apiKey, url)
+	log.Info("airlock serving", "listen", ln.Addr().String(), "state_dir", cfg.StateDir,
+		"api_key", apikey.Fingerprint(key), "api_key_from", apiKey.From)
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	srv, errc := httpserve.Serve(ln, api, httpserve.Limits{MaxConns: cfg.MaxConnections, IdleTimeout: time.Duration(cfg.IdleTimeout)})
 	// In a cluster the node registers once it answers, and deregisters
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}
@@ -227,6 +238,20 @@ func serveCmd(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// announce prints what an E2B client needs, as environment lines. The
+// key itself only when this start generated it and stdout is a
+// terminal: a key printed to a pipe or a file lands in logs (a service's
+// journal, a pod's log) and outlives the screen. Otherwise a comment
+// says where the key is and gives its fingerprint.
+func announce(w io.Writer, tty bool, key config.Key, url string) {
+	if key.Generated && tty {
+		fmt.Fprintf(w, "E2B_API_KEY=%s\n", key.Value)
+	} else {
+		fmt.Fprintf(w, "# E2B_API_KEY is the key in %s (%s)\n", key.From, apikey.Fingerprint(key.Value))
+	}
+	fmt.Fprintf(w, "E2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", url, url)
 }
 
 // buildHost starts build sandboxes as the manager's private ones.

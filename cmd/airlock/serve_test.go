@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +23,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/nettest"
 )
+
+// testKey is the servers' API key in these tests.
+const testKey = "e2b_test_0123456789abcdef0123456789abcdef"
 
 // server is a running airlock serve.
 type server struct {
@@ -39,9 +44,15 @@ func startServe(t *testing.T, stateDir string, args ...string) *server {
 // test's own), and talks to it there.
 func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...string) *server {
 	t.Helper()
+	return startServeKey(t, lab, testKey, stateDir, args...)
+}
+
+// startServeKey is startServeIn with the API key key.
+func startServeKey(t *testing.T, lab *nettest.Lab, key, stateDir string, args ...string) *server {
+	t.Helper()
 	airlocktest.RequiresRoot(t)
 	cmd := exec.Command(airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)...)
-	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY=e2b_test_key")
+	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+key)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +67,7 @@ func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...strin
 	if err := start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, key: "e2b_test_key", stateDir: stateDir, client: client}
+	s := &server{cmd: cmd, key: key, stateDir: stateDir, client: client}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "E2B_API_URL="); ok {
@@ -560,5 +571,54 @@ func TestStateDirMode(t *testing.T) {
 	}
 	if err := openStateDir(t.Context(), dir, newBackends(dir, "", log), log); err == nil || !strings.Contains(err.Error(), "owned") {
 		t.Errorf("a state directory owned by nobody: %v, want a refusal", err)
+	}
+}
+
+// TestServeConnectionLimits: with the config's idleTimeout and
+// maxConnections, an idle keep-alive connection is closed, and a
+// connection past the bound waits until another closes.
+func TestServeConnectionLimits(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(config, []byte(`{"idleTimeout": "1s", "maxConnections": 2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, filepath.Join(dir, "state"), "--pool-size", "0", "--config", config)
+	defer s.stop(t)
+	addr := strings.TrimPrefix(s.url, "http://")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	idle := dial()
+	br := bufio.NewReader(idle)
+	fmt.Fprint(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	io.CopyN(io.Discard, br, int64(len("ok\n")))
+	idle.SetReadDeadline(time.Now().Add(time.Minute)) // eventually; a minute only stops a hang
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("an idle keep-alive connection: read %v, want EOF (closed by the server)", err)
+	}
+
+	// Two connections that have sent nothing yet hold both places.
+	held := []net.Conn{dial(), dial()}
+	extra := dial()
+	fmt.Fprint(extra, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	br = bufio.NewReader(extra)
+	extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := br.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection while two are held: read %v, want no answer yet", err)
+	}
+	held[0].Close()
+	extra.SetReadDeadline(time.Now().Add(time.Minute))
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("once one closed: %v %v, want an answer", resp, err)
 	}
 }

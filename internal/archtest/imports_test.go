@@ -28,11 +28,16 @@ var allowed = map[string][]string{
 	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console",
-		"internal/clusterbin", "internal/sandboxid"},
+		"internal/clusterbin", "internal/sandboxid", "internal/apikey", "internal/httpserve"},
 	// A cluster on Kubernetes: the only binary that links client-go.
-	"cmd/airlock-cluster": {"internal/cluster", "internal/console"},
+	"cmd/airlock-cluster": {"internal/cluster", "internal/console", "internal/apikey", "internal/httpserve"},
 	"tests/netlab":        {"internal/nettest"},
 	"tests/mkimage":       {"internal/image/imagetest"},
+
+	// Whether an API key is strong, and its fingerprint: a leaf.
+	"internal/apikey": {},
+	// Timeouts and a bound on connections of the daemons' servers.
+	"internal/httpserve": {},
 
 	"internal/policy":     {},
 	"internal/agentproto": {},
@@ -71,7 +76,7 @@ var allowed = map[string][]string{
 	"internal/image/imagetest": {},
 
 	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto"},
-	"internal/config":  {"internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
+	"internal/config":  {"internal/apikey", "internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
 	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.

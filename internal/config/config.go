@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
@@ -57,6 +58,11 @@ type Config struct {
 	// an image with a start command keeps, once it was first asked for
 	// (default 1; 0: none).
 	TemplatePoolSize *int `json:"templatePoolSize"`
+	// MaxConnections bounds the connections the API's listener holds at
+	// once (0: 4096; more wait until one closes), and IdleTimeout closes
+	// a keep-alive connection idle that long between requests (0: 2m).
+	MaxConnections int      `json:"maxConnections"`
+	IdleTimeout    Duration `json:"idleTimeout"`
 }
 
 // Builds is how template builds run: each in a sandbox of its own.
@@ -261,6 +267,9 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
 		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")
 	}
+	if cfg.MaxConnections < 0 || cfg.IdleTimeout < 0 {
+		return mc, errors.New("maxConnections and idleTimeout must not be negative")
+	}
 	for name := range cfg.Templates {
 		if !slices.Contains(Builtin, name) {
 			return mc, fmt.Errorf("unknown template %q in config (have %s)", name, strings.Join(Builtin, ", "))
@@ -391,25 +400,75 @@ func (s Images) snapshot(img *image.Image) (sandbox.Template, error) {
 		PoolSize: s.PoolSize, Version: img.Created.String() + img.Snapshot.Dir}, nil
 }
 
+// Key is the server's API key and where it is kept.
+type Key struct {
+	Value string
+	// From is where the key is kept: "AIRLOCK_API_KEY", or the file's
+	// path; the key itself is never printed unless Generated.
+	From string
+	// Generated: this start made the key (and stored it in From).
+	Generated bool
+}
+
 // APIKey returns the key clients must present: AIRLOCK_API_KEY if set,
-// else the one stored in the state directory, created on first start.
-func APIKey(stateDir string) (string, error) {
+// else the one stored in the state directory, created on first start. A
+// key too weak to guard the server is refused (apikey.Check).
+func APIKey(stateDir string) (Key, error) {
 	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
-		return k, nil
+		return Key{Value: k, From: "AIRLOCK_API_KEY"}, apikey.Check("AIRLOCK_API_KEY", k)
 	}
 	path := filepath.Join(stateDir, "api-key")
 	if data, err := os.ReadFile(path); err == nil {
 		if k := strings.TrimSpace(string(data)); k != "" {
-			return k, nil
+			return Key{Value: k, From: path}, apikey.Check("the API key in "+path, k)
 		}
 	}
 	var b [20]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
+		return Key{}, err
 	}
 	k := "e2b_" + hex.EncodeToString(b[:])
 	if err := os.WriteFile(path, []byte(k+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("store API key: %w", err)
+		return Key{}, fmt.Errorf("store API key: %w", err)
 	}
-	return k, nil
+	return Key{Value: k, From: path, Generated: true}, nil
+}
+
+// TokenKey returns the secret that sandboxes' access and traffic tokens
+// are derived from (sandbox.Config.TokenKey): 32 random bytes made on
+// first start and kept in the state directory (token-key, mode 0600),
+// so that tokens stay valid across restarts. It is not derived from the
+// API key: a token, which every client of a sandbox holds, must not be
+// a way to test guesses of the key offline, and rotating the key must
+// not change the tokens of sandboxes that live on.
+func TokenKey(stateDir string) ([]byte, error) {
+	path := filepath.Join(stateDir, "token-key")
+	key := make([]byte, 32)
+	rand.Read(key)
+	// O_EXCL: of two daemons that share the state directory and start
+	// at once, one writes the key and both read it.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.WriteString(hex.EncodeToString(key) + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+			return nil, fmt.Errorf("store the token key: %w", err)
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("store the token key: %w", err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the token key: %w", err)
+	}
+	key, err = hex.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(key) != 32 {
+		return nil, fmt.Errorf("the token key in %s is damaged (want 64 hex digits): remove it to make a new one (sandboxes' tokens then change)", path)
+	}
+	return key, nil
 }

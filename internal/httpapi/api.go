@@ -39,12 +39,15 @@ type Server struct {
 	templates *Templates
 	// hostDirs are never named to clients (public).
 	hostDirs []string
+	// signedLimits slow each client's signed URLs that name no sandbox.
+	signedLimits *clientLimits
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
 // are {port}-{sandboxID}.{domain}.
 func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
-	s := &Server{m: m, apiKey: apiKey, domain: domain, log: log, mux: http.NewServeMux()}
+	s := &Server{m: m, apiKey: apiKey, domain: domain, log: log, mux: http.NewServeMux(),
+		signedLimits: newClientLimits(signedRate, signedBurst, maxClients)}
 	if dir := m.StateDir(); dir != "" {
 		s.hostDirs = append(s.hostDirs, dir)
 	}
@@ -54,10 +57,17 @@ func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "agent", "agent"
-			// The agent needs neither credential; neither should linger.
-			pr.Out.Header.Del("X-Access-Token")
-			pr.Out.Header.Del("E2B-Traffic-Access-Token")
-			pr.Out.Header.Del("X-API-KEY")
+			// The agent needs no credential; none should linger.
+			for _, h := range credentialHeaders {
+				pr.Out.Header.Del(h)
+			}
+			agentAuthorization(pr.Out.Header)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.URL.Path == agentproto.FilesPath {
+				fileAnswer(resp)
+			}
+			return nil
 		},
 		// Each request goes to the agent of the sandbox it was routed to.
 		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
@@ -88,9 +98,12 @@ func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 			pr.SetXForwarded()
 			// Airlock's own headers and credentials stay out of the
 			// sandbox's servers.
-			for _, h := range []string{"X-Access-Token", "E2B-Traffic-Access-Token", "X-API-KEY", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
+			for _, h := range credentialHeaders {
 				pr.Out.Header.Del(h)
 			}
+			pr.Out.Header.Del("E2b-Sandbox-Id")
+			pr.Out.Header.Del("E2b-Sandbox-Port")
+			s.dropKeyAuthorization(pr.Out.Header, sb)
 		},
 		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
 			return r.Context().Value(sandboxKey{}).(*sandbox.Sandbox).PortTransport().RoundTrip(r)
@@ -176,6 +189,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == agentproto.FilesPath && r.URL.Query().Has("signature") {
+		if !s.signedLimits.allow(r.RemoteAddr) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "too many signed file URLs from this address: try again later")
+			return
+		}
 		sb := s.signedSandbox(r)
 		if sb == nil {
 			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
@@ -812,12 +830,18 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string
 	}
 	// envd needs the sandbox's access token; its other ports take the
 	// traffic token too (the SDKs send only that for some calls).
-	authorized := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
-		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token"))) ||
-		(port == agentproto.EnvdPort && signedFor(r, sb))
-	if !authorized {
+	token := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
+		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
+	signed := !token && port == agentproto.EnvdPort && signedFor(r, sb)
+	if !token && !signed {
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
+	}
+	if signed {
+		// A signed URL acts as the user it was signed for, whom its
+		// query names: an Authorization header, where envd reads the
+		// user first, must not name another (root).
+		r.Header.Del("Authorization")
 	}
 	// The agent's private endpoints are the daemon's alone.
 	if strings.HasPrefix(r.URL.Path, agentproto.SetupPath) {

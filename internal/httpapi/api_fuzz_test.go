@@ -583,11 +583,22 @@ func FuzzSignedFor(f *testing.F) {
 		}
 		q := sign(path, op, user, token, exp)
 		now := time.Now().Unix()
-		if exp == 0 || exp > now+5 {
+		switch {
+		case token == "":
+			// No sandbox has no token: anyone could sign for it.
+			if signedFor(req(method, q.Encode()), sb) {
+				t.Errorf("a signature without a token opens a sandbox without one")
+			}
+		case len(path) > maxSignedPath || len(user) > maxSignedUser:
+			if signedFor(req(method, q.Encode()), sb) {
+				t.Errorf("a path of %d bytes or a user of %d is signed", len(path), len(user))
+			}
+		case exp == 0 || exp > now+5:
 			if !signedFor(req(method, q.Encode()), sb) {
 				t.Errorf("a signature of %q %s %q (expiring %d) does not open its sandbox", path, op, user, exp)
 			}
-		} else if exp < now-5 && signedFor(req(method, q.Encode()), sb) {
+		}
+		if exp != 0 && exp < now-5 && signedFor(req(method, q.Encode()), sb) {
 			t.Errorf("a signature of %q expired at %d opens its sandbox", path, exp)
 		}
 		if signedFor(req(method, q.Encode()), &sandbox.Sandbox{AccessToken: token + "x"}) {

@@ -31,6 +31,7 @@ type api struct {
 	url string
 	m   *sandbox.Manager
 	b   *fake.Backend
+	s   *Server
 }
 
 func newAPI(t *testing.T, cfg sandbox.Config) *api {
@@ -47,9 +48,10 @@ func newAPI(t *testing.T, cfg sandbox.Config) *api {
 	cfg.Templates = []sandbox.Template{{Name: "base", Policy: policy.Default()}}
 	m := sandbox.NewManager(cfg, b, log)
 	t.Cleanup(m.Shutdown)
-	srv := httptest.NewServer(New(m, key, "localhost:49982", log))
+	s := New(m, key, "localhost:49982", log)
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &api{t: t, url: srv.URL, m: m, b: b}
+	return &api{t: t, url: srv.URL, m: m, b: b, s: s}
 }
 
 // do sends a request with body (a string is sent as it is, anything else

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -164,7 +165,9 @@ func serverIn(t *testing.T, tls bool) (port string) {
 			brw.Flush()
 			return
 		}
-		fmt.Fprintf(w, "host=%s path=%s token=%q sandbox=%q", r.Host, r.URL.Path, r.Header.Get("X-Access-Token")+r.Header.Get("E2B-Traffic-Access-Token"), r.Header.Get("E2b-Sandbox-Id"))
+		fmt.Fprintf(w, "host=%s path=%s token=%q sandbox=%q authorization=%q api-key=%q", r.Host, r.URL.Path,
+			r.Header.Get("X-Access-Token")+r.Header.Get("E2B-Traffic-Access-Token"), r.Header.Get("E2b-Sandbox-Id"),
+			r.Header.Values("Authorization"), r.Header.Get("X-Api-Key"))
 	})
 	srv := httptest.NewUnstartedServer(h)
 	if tls {
@@ -250,5 +253,44 @@ func TestPortGateway(t *testing.T) {
 	code, body = get(http.Header{"Host": {tport + "-" + s.SandboxID + ".localhost"}})
 	if code != http.StatusOK || !strings.Contains(body, "path=/some/path") {
 		t.Errorf("TLS port: %d %s", code, body)
+	}
+}
+
+// TestPortGatewayDropsCredentials: a server in the sandbox never sees the
+// API key or the sandbox's tokens, however the client sent them; an
+// Authorization of its own passes.
+func TestPortGatewayDropsCredentials(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	port := serverIn(t, false)
+	c := a.create(map[string]any{})
+	secrets := []string{key, c.EnvdAccessToken, *c.TrafficAccessToken}
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	for name, hdr := range map[string]http.Header{
+		"bearer key":           {"Authorization": {"Bearer " + key}},
+		"bearer, lower case":   {"Authorization": {"bearer " + key}},
+		"bare key":             {"Authorization": {key}},
+		"key as a password":    {"Authorization": {basic("user", key)}},
+		"access token":         {"Authorization": {"Bearer " + c.EnvdAccessToken}},
+		"key header":           {"X-Api-Key": {key}},
+		"two, one the key":     {"Authorization": {"Bearer app-token", "Bearer " + key}},
+		"every header at once": {"Authorization": {"Bearer " + key}, "X-Api-Key": {key}, "X-Access-Token": {c.EnvdAccessToken}, "E2b-Traffic-Access-Token": {*c.TrafficAccessToken}},
+	} {
+		hdr.Set("Host", port+"-"+c.SandboxID+".localhost:49982")
+		code, _, data := a.do("GET", "/echo", nil, hdr)
+		if code != http.StatusOK || !strings.Contains(string(data), "path=/echo") {
+			t.Fatalf("%s: %d %s", name, code, data)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(string(data), secret) {
+				t.Errorf("%s: the sandbox's server got a credential: %s", name, data)
+			}
+		}
+	}
+	// The server's own credentials are its business.
+	hdr := http.Header{"Host": {port + "-" + c.SandboxID + ".localhost:49982"}, "Authorization": {"Bearer app-token"}}
+	if code, _, data := a.do("GET", "/echo", nil, hdr); code != http.StatusOK || !strings.Contains(string(data), `authorization=["Bearer app-token"]`) {
+		t.Errorf("an Authorization of the sandbox's own: %d %s, want it passed on", code, data)
 	}
 }

@@ -4,10 +4,15 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"hash"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -21,16 +26,36 @@ import (
 // "read" for GET and "write" for POST. Only the sandbox's access token
 // makes one, and it covers that path, operation and user alone.
 
-// signedFor reports whether r is a /files request that a signature of
-// sb's access token opens, unexpired.
-func signedFor(r *http.Request, sb *sandbox.Sandbox) bool {
+// signedRequest is what a signed request asks, checked for everything
+// but the signature itself, which needs a sandbox's token.
+type signedRequest struct {
+	sig []byte
+	// prefix is the hash of "path:operation:user:", what comes before
+	// the token; suffix what comes after it.
+	prefix hash.Hash
+	suffix string
+}
+
+// Bounds of what a signed request may name: Linux's PATH_MAX, and a
+// user name's longest in practice. Longer is refused before anything is
+// hashed.
+const (
+	maxSignedPath = 4096
+	maxSignedUser = 256
+)
+
+// parseSigned reads r as a signed /files request; ok is false for one
+// that no signature can open (another path or method, a malformed or
+// expired signature).
+func parseSigned(r *http.Request) (req signedRequest, ok bool) {
 	if r.URL.Path != agentproto.FilesPath {
-		return false
+		return req, false
 	}
 	q := r.URL.Query()
 	sig := q.Get("signature")
-	if !strings.HasPrefix(sig, "v1_") {
-		return false
+	// "v1_" and 43 characters: the unpadded base64 of 32 bytes.
+	if !strings.HasPrefix(sig, "v1_") || len(sig) != 3+base64.RawStdEncoding.EncodedLen(sha256.Size) {
+		return req, false
 	}
 	var op string
 	switch r.Method {
@@ -39,29 +64,134 @@ func signedFor(r *http.Request, sb *sandbox.Sandbox) bool {
 	case http.MethodPost:
 		op = "write"
 	default:
-		return false
+		return req, false
 	}
-	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + sb.AccessToken
+	path, user := q.Get("path"), q.Get("username")
+	if len(path) > maxSignedPath || len(user) > maxSignedUser {
+		return req, false
+	}
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
 		if err != nil || time.Now().Unix() > n {
-			return false
+			return req, false
 		}
-		raw += ":" + exp
+		req.suffix = ":" + exp
 	}
-	sum := sha256.Sum256([]byte(raw))
-	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	req.sig = []byte(sig)
+	req.prefix = sha256.New()
+	req.prefix.Write([]byte(path + ":" + op + ":" + user + ":"))
+	return req, true
+}
+
+// signedBy reports whether token made the request's signature: one
+// sha256 of what follows the prefix, from the prefix's state, and a
+// comparison in constant time.
+func (req signedRequest) signedBy(token string) bool {
+	if token == "" {
+		return false
+	}
+	var h hash.Hash
+	if c, ok := req.prefix.(hash.Cloner); ok {
+		if h2, err := c.Clone(); err == nil {
+			h = h2
+		}
+	}
+	if h == nil { // a hash that cannot be cloned (FIPS 140 mode)
+		return false
+	}
+	h.Write([]byte(token + req.suffix))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(h.Sum(nil))
+	return subtle.ConstantTimeCompare(req.sig, []byte(want)) == 1
+}
+
+// signedFor reports whether r is a /files request that a signature of
+// sb's access token opens, unexpired.
+func signedFor(r *http.Request, sb *sandbox.Sandbox) bool {
+	req, ok := parseSigned(r)
+	return ok && req.signedBy(sb.AccessToken)
 }
 
 // signedSandbox finds the sandbox whose access token signed r, a signed
 // URL of E2B_SANDBOX_URL, which names no sandbox: the signature itself
-// does, as only one sandbox's token can have made it.
+// does, as only one sandbox's token can have made it. That is one hash
+// per sandbox for a request anyone can send, so it is refused early
+// when it cannot be a signature, and each client may try only so many
+// (signedLimits); a request that names its sandbox (by host or header)
+// costs one hash and is not limited.
 func (s *Server) signedSandbox(r *http.Request) *sandbox.Sandbox {
-	for _, sb := range s.m.List(nil) {
-		if signedFor(r, sb) {
+	req, ok := parseSigned(r)
+	if !ok {
+		return nil
+	}
+	for _, sb := range s.m.All() {
+		if req.signedBy(sb.AccessToken) {
 			return sb
 		}
 	}
 	return nil
+}
+
+// Signed URLs that name no sandbox, per client: 20 a second, 100 at
+// once. A browser's downloads stay far below; a client trying
+// signatures is slowed to what costs the daemon little.
+const (
+	signedRate  = 20
+	signedBurst = 100
+	// maxClients bounds the clients remembered.
+	maxClients = 10000
+)
+
+// clientLimits are token buckets per client address.
+type clientLimits struct {
+	rate  rate.Limit
+	burst int
+	max   int
+
+	mu      sync.Mutex
+	clients map[netip.Prefix]*rate.Limiter
+	// overflow is the one bucket of every client beyond max, while the
+	// remembered ones are all busy: many addresses buy no more tries.
+	overflow *rate.Limiter
+}
+
+func newClientLimits(r rate.Limit, burst, max int) *clientLimits {
+	return &clientLimits{rate: r, burst: burst, max: max, clients: map[netip.Prefix]*rate.Limiter{},
+		overflow: rate.NewLimiter(r, burst)}
+}
+
+// allow reports whether the client at remoteAddr (host:port) may go on.
+// An IPv6 client is its /64: one host commonly has a whole /64 to pick
+// addresses from.
+func (l *clientLimits) allow(remoteAddr string) bool {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := ap.Addr().Unmap()
+	bits := 32
+	if addr.Is6() {
+		bits = 64
+	}
+	client, _ := addr.Prefix(bits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lim, ok := l.clients[client]
+	if !ok {
+		if len(l.clients) >= l.max {
+			// Forget the clients whose bucket is full again: they are
+			// as new ones.
+			now := time.Now()
+			for c, old := range l.clients {
+				if old.TokensAt(now) >= float64(l.burst) {
+					delete(l.clients, c)
+				}
+			}
+		}
+		if len(l.clients) >= l.max {
+			return l.overflow.Allow()
+		}
+		lim = rate.NewLimiter(l.rate, l.burst)
+		l.clients[client] = lim
+	}
+	return lim.Allow()
 }

@@ -747,6 +747,18 @@ func (m *Manager) Get(id string) (*Sandbox, error) {
 	return sb, nil
 }
 
+// All returns every sandbox, in no order: what a caller that looks at
+// each one needs, without List's sorting under the manager's lock.
+func (m *Manager) All() []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		out = append(out, sb)
+	}
+	return out
+}
+
 // List returns the sandboxes whose metadata contains every pair of
 // filter, oldest first.
 func (m *Manager) List(filter map[string]string) []*Sandbox {

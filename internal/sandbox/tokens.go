@@ -23,13 +23,6 @@ const (
 	trafficToken = "traffic"
 )
 
-// DeriveTokenKey is the token key of a server whose API key is apiKey:
-// tokens stay valid across restarts, and no token reveals the API key.
-func DeriveTokenKey(apiKey string) []byte {
-	sum := sha256.Sum256([]byte("airlock sandbox tokens\x00" + apiKey))
-	return sum[:]
-}
-
 func newTokenKey() []byte {
 	key := make([]byte, 32)
 	rand.Read(key)

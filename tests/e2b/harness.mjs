@@ -21,12 +21,14 @@ export async function startServer(extraArgs = [], opts = {}) {
   })
   let log = ''
   proc.stderr.on('data', (d) => { log += d; if (process.env.AIRLOCK_TEST_LOG) appendFileSync(process.env.AIRLOCK_TEST_LOG, d) })
-  const env = {}
+  const env = { E2B_API_KEY: apiKey }
   const lines = createInterface({ input: proc.stdout })
   await new Promise((ok, fail) => {
     const timer = setTimeout(() => fail(new Error('airlock serve did not start:\n' + log)), 15000)
     proc.on('exit', (code) => fail(new Error(`airlock serve exited with ${code}:\n${log}`)))
     lines.on('line', (line) => {
+      // A comment: where the key is (it is printed only to a terminal).
+      if (line.startsWith('#')) return
       const [k, ...v] = line.split('=')
       env[k] = v.join('=')
       if (k === 'E2B_SANDBOX_URL') { clearTimeout(timer); ok() }

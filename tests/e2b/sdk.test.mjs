@@ -3,6 +3,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
+import { request as httpRequest } from 'node:http'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -182,6 +183,15 @@ test('files: signed download and upload URLs', async () => {
     let r = await fetch(url)
     assert.equal(r.status, 200)
     assert.equal(await r.text(), 'for the browser')
+    // On the API's own origin, a download that cannot script the console.
+    assert.equal(r.headers.get('content-disposition'), 'attachment; filename=signed.txt')
+    assert.equal(r.headers.get('content-type'), 'application/octet-stream')
+    assert.equal(r.headers.get('x-content-type-options'), 'nosniff')
+    assert.match(r.headers.get('content-security-policy') ?? '', /^sandbox/)
+    // It acts as the user it was signed for, whatever Authorization says.
+    r = await fetch(await sbx.downloadUrl('/home/user/signed.txt', { user: 'user' }), { headers: { Authorization: 'Basic ' + btoa('root:') } })
+    assert.equal(r.status, 200, 'signed for user, sent with Basic root')
+    assert.equal(await r.text(), 'for the browser')
     const tampered = new URL(url)
     tampered.searchParams.set('path', '/home/user/.bashrc')
     assert.equal((await fetch(tampered)).status, 401, 'the signature covers its path')
@@ -202,6 +212,48 @@ test('files: signed download and upload URLs', async () => {
   } finally {
     await sbx.kill()
     await other.kill()
+  }
+})
+
+// The API key, however a client sends it, and the sandbox's tokens never
+// reach a server in the sandbox.
+test('a server in a sandbox never sees the API key', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    await sbx.files.write('/home/user/echo.py', [
+      'import http.server',
+      'class H(http.server.BaseHTTPRequestHandler):',
+      '    def do_GET(self):',
+      '        body = str(self.headers).encode()',
+      '        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()',
+      '        self.wfile.write(body)',
+      'http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()',
+    ].join('\n'))
+    await sbx.commands.run('python3 /home/user/echo.py', { background: true })
+    const url = new URL(process.env.E2B_SANDBOX_URL)
+    const key = server.apiKey
+    const get = () => new Promise((ok, fail) => {
+      const headers = { host: sbx.getHost(8080), authorization: `Bearer ${key}`, 'x-api-key': key, 'x-access-token': sbx.envdAccessToken ?? '', 'x-echo': 'passed' }
+      const req = httpRequest({ host: url.hostname, port: url.port, path: '/', headers }, (res) => {
+        let body = ''
+        res.on('data', (d) => { body += d })
+        res.on('end', () => ok({ status: res.statusCode, body }))
+      })
+      req.on('error', fail)
+      req.end()
+    })
+    let res
+    for (let i = 0; i < 50; i++) {
+      res = await get()
+      if (res.status === 200) break
+      await sleep(100)
+    }
+    assert.equal(res.status, 200, res.body)
+    assert.match(res.body, /x-echo: passed/i, 'the server echoes what it got')
+    assert.ok(!res.body.includes(key), `the server got the API key:\n${res.body}`)
+    assert.doesNotMatch(res.body, /authorization|x-api-key|x-access-token/i)
+  } finally {
+    await sbx.kill()
   }
 })
 

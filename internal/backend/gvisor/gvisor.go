@@ -413,8 +413,16 @@ func (b *bundle) runsc(runsc string, extra []string, args ...string) *exec.Cmd {
 		network = "sandbox"
 	}
 	base := []string{"--root", b.runscRoot(), "--network", network, "--platform", "systrap"}
-	return exec.Command(runsc, append(append(base, extra...), args...)...)
+	cmd := exec.Command(runsc, append(append(base, extra...), args...)...)
+	cmd.Env = runscEnv
+	return cmd
 }
+
+// runscEnv is all the environment runsc gets: the daemon's holds the API
+// key (AIRLOCK_API_KEY) and whatever its service manager set, and runsc
+// passes its own on to the gofer and the sandbox process, host processes
+// that read files the sandbox controls. runsc needs none of it.
+var runscEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 // runscArgs are the global flags of runsc for the sandbox.
 func (b *bundle) runscArgs() []string { return b.runsc("", nil).Args[1:] }

@@ -2,12 +2,17 @@ package gvisor
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -151,4 +156,97 @@ func TestHostMounts(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(ro, "in.txt")); string(got) != "data" {
 		t.Errorf("the ro mount's file after the sandbox: %q", got)
 	}
+}
+
+// TestRunscEnvironment: runsc, and the host processes it starts for the
+// sandbox (gofer, sandbox), get none of the daemon's environment, which
+// holds the API key.
+func TestRunscEnvironment(t *testing.T) {
+	b := testBackend(t)
+	secret := fmt.Sprintf("canary-%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Setenv("AIRLOCK_API_KEY", "e2b_"+secret)
+	t.Setenv("AIRLOCK_TEST_CANARY", secret)
+	ready := make(chan struct{})
+	// The sandbox waits for its input to end: closing it ends the
+	// sandbox as a command ends, and Run cleans up as usual.
+	stdin, release := io.Pipe()
+	defer release.Close()
+	done := make(chan error, 1)
+	go func() {
+		spec := &backend.Spec{Policy: backendtest.TestPolicy(), Argv: []string{"/bin/sh", "-c", "echo ready; read x"},
+			Stdin: stdin, Stdout: &readyWriter{ready: ready}, Stderr: io.Discard}
+		_, err := b.Run(t.Context(), spec)
+		done <- err
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the sandbox ended before it was ready: %v", err)
+	}
+	runscs := 0
+	for _, pid := range descendants(os.Getpid()) {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue // it exited meanwhile
+		}
+		if strings.Contains(string(env), secret) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Errorf("process %d (%s) has the daemon's environment", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.Contains(exe, "runsc") {
+			runscs++
+		}
+	}
+	if runscs < 2 {
+		t.Errorf("found %d runsc processes below the test, want runsc and its sandbox at least", runscs)
+	}
+	release.Close()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	checkNoLeftovers(t)
+}
+
+// readyWriter closes ready at the first write.
+type readyWriter struct {
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ready) })
+	return len(p), nil
+}
+
+// descendants are the pids of pid's descendants, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which may hold spaces and
+		// parentheses: state, then the parent's pid.
+		rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(string(rest), &state, &ppid); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
 }

@@ -228,6 +228,7 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 	defer r.Close()
 	cmd := exec.CommandContext(ctx, s.runsc, append(s.b.runscArgs(), "tar", "rootfs-upper", "--file", "/proc/self/fd/3", s.b.id)...)
 	cmd.ExtraFiles = []*os.File{pw}
+	cmd.Env = runscEnv
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 5 * time.Second
