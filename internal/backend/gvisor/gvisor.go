@@ -277,7 +277,7 @@ func (be *Backend) newBundle(p *policy.Policy) (*bundle, error) {
 func (be *Backend) openBundle(id string, p *policy.Policy) (*bundle, error) {
 	b := &bundle{id: id, stateDir: be.stateDir}
 	b.dir = filepath.Join(be.stateDir, "bundles", b.id)
-	if err := os.MkdirAll(b.dir, 0o711); err != nil {
+	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 	// Locked under another name, then renamed: Cleanup never sees an
@@ -571,7 +571,7 @@ func (be *Backend) writeConfig(b *bundle, spec *backend.Spec, mounts []specs.Mou
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o644)
+	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
 }
 
 // codeMount writes spec's files into the bundle and returns their
