@@ -91,7 +91,7 @@ before(async () => {
   // The Debian image comes from a registry on loopback, which a server
   // pulls from only when its operator allows private registries.
   const cfg = mkdtempSync(join(tmpdir(), 'airlock-escape-cfg-'))
-  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { privateRegistries: true } }))
+  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { privateRegistries: true, disk: '512M' } }))
   server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
   rmSync(cfg, { recursive: true })
   sbx = await Sandbox.create()
@@ -635,6 +635,45 @@ except OSError as e:
       }
       assert.equal(accepted.hostSock, 0, 'the daemon dialled the host socket')
       assert.equal(await (await fetch(`${process.env.E2B_API_URL}/health`)).text(), 'ok\n')
+    },
+  },
+  {
+    name: "a build's writable layer, read back by the daemon, holding links, FIFOs, hard links, devices and sparse files",
+    api: true,
+    async attack() {
+      if (!rootBox) return // needs the Debian image (AIRLOCK_DEBIAN_ROOT)
+      const free = () => { const st = statfsSync(server.stateDir); return st.bavail * st.bsize }
+      const before = free()
+      // As root in the build's sandbox: whatever the read-back of its
+      // layer could follow, block on or write out at full size.
+      const plant = `mkdir -p /opt/p && cd /opt/p && ln -s ${h.dir}/secret s-link && ln -s / root-link && ln -s ${h.sock} sock-link &&
+        mkfifo fifo && ln /etc/hostname hard && (mknod zero c 0 0 || true) &&
+        for i in $(seq 40); do truncate -s 1G sparse$i || break; done; ls -la /opt/p | head -5`
+      const t = Template().fromTemplate(rootTemplate).runCmd(plant, { user: 'root' })
+      const name = 'escape-readback-' + h.marker.slice(-6)
+      let peak = 0
+      const watch = setInterval(() => { peak = Math.max(peak, before - free()) }, 20)
+      const built = await Promise.race([
+        Template.build(t, name).then(() => 'built', (e) => `refused: ${String(e).split('\n')[0]}`),
+        sleep(300_000).then(() => 'hung'),
+      ]).finally(() => clearInterval(watch))
+      console.log(`build read-back: ${built}; the state directory's file system peaked ${(peak / 1048576).toFixed(0)} MiB above its start`)
+      assert.notEqual(built, 'hung')
+      // The layer's budget is the build's disk (builds.disk, 512M here):
+      // the store may hold that much of the layer while it unpacks it.
+      assert.ok(peak < (512 + 128) << 20, `the host's state directory took ${(peak / 1048576).toFixed(0)} MiB for a build's sparse files`)
+      assert.equal(accepted.hostSock, 0)
+      if (built === 'built') {
+        // The layer holds the links as links: the daemon read nothing
+        // through them, and a sandbox of it still sees none of the host.
+        const box = await Sandbox.create(name)
+        try {
+          const out = await paths.api('readlink /opt/p/s-link; cat /opt/p/s-link; ls /opt/p | wc -l', { box })
+          held(out)
+        } finally {
+          await box.kill()
+        }
+      }
     },
   },
   {
