@@ -306,11 +306,18 @@ func (n *Node) deregister() {
 	}
 }
 
+// listWatcher is what an informer needs of a resource: the dynamic
+// client's, or a test's objects.
+type listWatcher interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
 // newInformer watches the objects of r: a list, then a watch, kept in a
 // local store that handlers are told about. Built on the dynamic client
 // alone, so that the cluster binary does not link (and initialise) every
 // typed Kubernetes API that client-go's informer factories bring.
-func newInformer(r dynamic.ResourceInterface) cache.SharedIndexInformer {
+func newInformer(r listWatcher) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return r.List(ctx, opts)
@@ -319,5 +326,7 @@ func newInformer(r dynamic.ResourceInterface) cache.SharedIndexInformer {
 			return r.Watch(ctx, opts)
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+	// The API server streams the list as watch events; a test's objects
+	// say if they cannot (IsWatchListSemanticsUnSupported).
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, r), &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
 }

@@ -49,6 +49,19 @@ test('the manifests pass server-side dry run against the API server', { skip }, 
     apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockPool',
     metadata: { name: 'bad', namespace }, spec: { template: 'base', size: -1 },
   }, { dryRun: true }), /size/)
+  // A node's address is one that the routers can parse (they check it
+  // again, and leave out a node whose address they cannot).
+  const nodeAt = (address) => ({
+    apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockNode',
+    metadata: { name: 'addr', namespace }, spec: { address, idPrefix: 'abcdef' },
+  })
+  for (const good of ['http://10.0.0.5:49982', 'https://node-1.airlock.svc/', 'http://[fd00::5]:8080']) {
+    await c.kube.apply(nodeAt(good), { dryRun: true })
+  }
+  for (const bad of ['http://[::1', 'http://host:port', 'http://%zz', 'http://host:99999', 'http://[zz::1]:80',
+    'http://user@host', 'http://host?x', 'http://host:0']) {
+    await assert.rejects(c.kube.apply(nodeAt(bad), { dryRun: true }), /address/, `the CRD took the address ${JSON.stringify(bad)}`)
+  }
 })
 
 test('nodes register through the API: each has a Lease and an AirlockNode', { skip }, async () => {
