@@ -150,6 +150,10 @@ func nodeCmd(args []string) error {
 	if *name == "" || *advertise == "" || *local == "" {
 		return usageError{"node needs --node-name, --advertise and --local"}
 	}
+	// What the CRD and every router would refuse, refused here first.
+	if _, err := cluster.ParseAddress(*advertise); err != nil {
+		return usageError{"--advertise: " + err.Error()}
+	}
 	key, client, err := connect(*kubeconfig)
 	if err != nil {
 		return err

@@ -106,6 +106,12 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	// Checked before the state directory is touched, as the rest of
+	// the configuration is.
+	bcfg, buildPolicy, err := config.BuildSettings(&cfg)
+	if err != nil {
+		return usageError{err.Error()}
+	}
 	if err := node.check(); err != nil {
 		return err
 	}
@@ -143,10 +149,6 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	bcfg, buildPolicy, err := config.BuildSettings(&cfg)
-	if err != nil {
-		return usageError{err.Error()}
-	}
 	imagePool := 1
 	if cfg.TemplatePoolSize != nil {
 		imagePool = *cfg.TemplatePoolSize
@@ -181,12 +183,10 @@ func serveCmd(args []string) error {
 	if network == nil || network.unavailable != nil {
 		buildPolicy.Network = policy.Network{}
 	}
-	// Clients' pulls dial internet addresses only, unless the operator
-	// allows the registries of their own network.
-	var registries http.RoundTripper
-	if !bcfg.PrivateRegistries {
-		registries = build.PublicRegistries()
-	}
+	// Clients' pulls dial internet addresses of other hosts only, and
+	// what the operator allows (checked in BuildSettings).
+	pulls, _ := bcfg.Pulls()
+	registries := pulls.Transport()
 	files, err := build.OpenFiles(filepath.Join(cfg.StateDir, "images", "uploads"), int64(bcfg.Upload))
 	if err != nil {
 		return err

@@ -430,6 +430,7 @@ func TestServeBadConfig(t *testing.T) {
 		{`{"network": {"dns": ["resolver"]}}`, nil, `DNS upstream "resolver"`},
 		{`{"network": {"connections": -1}}`, nil, "must not be negative"},
 		{`{"network": {"bandwidth": "fast"}}`, nil, `size "fast"`},
+		{`{"builds": {"registryAddresses": ["registry.local"]}}`, nil, `builds.registryAddresses: "registry.local" is not an IP address`},
 	} {
 		os.WriteFile(cfg, []byte(tc.config), 0o644)
 		// Port 0: should a case not fail, it must not take a real port.

@@ -335,7 +335,7 @@ func TestServeBuildRefusals(t *testing.T) {
 		_, body := s.do(t, "GET", "/templates/refused/builds/"+req.BuildID+"/status", nil, key)
 		json.Unmarshal(body, &st)
 	}
-	if st.Status != "error" || st.Reason.Step != "base" || !strings.Contains(st.Reason.Message, "not an internet address") {
+	if st.Status != "error" || st.Reason.Step != "base" || !strings.HasPrefix(st.Reason.Message, "registry 127.0.0.1:1 refused: its address 127.0.0.1 is not an internet address") {
 		t.Errorf("a build from a loopback registry: %+v", st)
 	}
 	if code, _ := s.do(t, "GET", "/templates/refused/builds/nope/status", nil, key); code != 404 {

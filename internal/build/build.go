@@ -184,9 +184,9 @@ type Builder struct {
 	Policy policy.Policy
 	// ReadyTimeout bounds how long a start command may take to be ready.
 	ReadyTimeout time.Duration
-	// Registries carries the pulls of fromImage (PublicRegistries for a
-	// server's clients); nil: the host's network, as the operator's own
-	// airlock template pull. Without credentials in the request, pulls go
+	// Registries carries the pulls of fromImage (a PullRule's Transport
+	// for a server's clients); nil: the host's network, as the operator's
+	// own airlock template pull. Without credentials in the request, pulls go
 	// without any: never with the operator's.
 	Registries http.RoundTripper
 	// OperatorAuth: a pull without credentials may use the operator's
@@ -346,6 +346,10 @@ func (b *Builder) base(ctx context.Context, req *Request, log Logger) (*image.Im
 		log("progress", fmt.Sprintf("pulling %s: layer %d of %d, %.1f MB", req.FromImage, layer, layers, float64(n)/1e6))
 	})
 	img, err := b.Store.Fetch(ctx, req.FromImage, auth, b.Registries)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return nil, refused // one line: the URLs the pull tried add nothing
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -64,8 +64,15 @@ type Node struct {
 	// other process has written them since: a daemon restarted on the
 	// same node must not lose its registration to its dying predecessor.
 	written map[string]string
-	// templates: the node's builds of AirlockTemplates.
-	templates templates
+	// templates: the node's builds of AirlockTemplates; templateStatus
+	// writes the status of AirlockTemplates (why one is not built).
+	templates      templates
+	templateStatus patcher
+}
+
+// patcher writes an object's status: the dynamic client's, or a test's.
+type patcher interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*unstructured.Unstructured, error)
 }
 
 // Register makes the node known to the cluster: it fails, changing
@@ -73,7 +80,8 @@ type Node struct {
 // resources, or a live node of another name has the same IDPrefix.
 func Register(ctx context.Context, client dynamic.Interface, cfg NodeConfig) (*Node, error) {
 	n := &Node{cfg: cfg, client: client, applied: map[string]int{}, written: map[string]string{},
-		templates: templates{builds: map[string]*templateBuild{}}}
+		templates:      newTemplates(),
+		templateStatus: client.Resource(templatesResource).Namespace(cfg.Namespace)}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := n.checkPrefix(ctx); err != nil {
@@ -306,11 +314,18 @@ func (n *Node) deregister() {
 	}
 }
 
+// listWatcher is what an informer needs of a resource: the dynamic
+// client's, or a test's objects.
+type listWatcher interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
 // newInformer watches the objects of r: a list, then a watch, kept in a
 // local store that handlers are told about. Built on the dynamic client
 // alone, so that the cluster binary does not link (and initialise) every
 // typed Kubernetes API that client-go's informer factories bring.
-func newInformer(r dynamic.ResourceInterface) cache.SharedIndexInformer {
+func newInformer(r listWatcher) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return r.List(ctx, opts)
@@ -319,5 +334,7 @@ func newInformer(r dynamic.ResourceInterface) cache.SharedIndexInformer {
 			return r.Watch(ctx, opts)
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+	// The API server streams the list as watch events; a test's objects
+	// say if they cannot (IsWatchListSemanticsUnSupported).
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, r), &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
 }

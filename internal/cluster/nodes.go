@@ -3,13 +3,14 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -24,6 +25,10 @@ type nodeSet struct {
 	// informers' events, so that the last stored read the newest objects.
 	known     atomic.Pointer[[]known]
 	rebuildMu sync.Mutex
+	// bad: why each node left out of known was, as last logged (under
+	// rebuildMu): a Lease renewal must not log it again.
+	bad map[string]string
+	log *slog.Logger
 
 	mu sync.Mutex
 	// failedAt: when a connection to the node last failed. A node is
@@ -44,6 +49,8 @@ type node struct {
 	Capacity  int            `json:"capacity"`
 	Sandboxes int            `json:"sandboxes"`
 	Ready     map[string]int `json:"ready"` // ready pooled sandboxes by template
+	// target is Address parsed: where the proxy sends requests.
+	target *url.URL
 }
 
 // known is a registered node with its Lease's times.
@@ -52,10 +59,11 @@ type known struct {
 	expires, renewed time.Time
 }
 
-func newNodeSet(client dynamic.Interface, namespace string) *nodeSet {
+// newNodeSet watches the AirlockNodes and Leases that nodes and leases
+// list (one namespace's, of the API server).
+func newNodeSet(nodes, leases listWatcher, log *slog.Logger) *nodeSet {
 	return &nodeSet{
-		nodes:    newInformer(client.Resource(nodesResource).Namespace(namespace)),
-		leases:   newInformer(client.Resource(leasesResource).Namespace(namespace)),
+		nodes: newInformer(nodes), leases: newInformer(leases), log: log,
 		failedAt: map[string]time.Time{}, sent: map[string]map[string]int{},
 	}
 }
@@ -81,41 +89,37 @@ func (s *nodeSet) start(ctx context.Context) error {
 	return nil
 }
 
-// rebuild parses the nodes that have an address and a Lease.
+// rebuild parses the nodes that have a Lease. A record that cannot be
+// routed to is left out, and logged once for each address it gives.
 func (s *nodeSet) rebuild() {
 	s.rebuildMu.Lock()
 	defer s.rebuildMu.Unlock()
 	var all []known
+	bad := map[string]string{}
 	for _, obj := range s.nodes.GetStore().List() {
-		u := obj.(*unstructured.Unstructured)
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
 		l, ok, _ := s.leases.GetStore().GetByKey(u.GetNamespace() + "/" + u.GetName())
 		if !ok {
 			continue
 		}
-		lease := l.(*unstructured.Unstructured)
-		k := known{expires: leaseExpiry(lease)}
-		renewed, _, _ := unstructured.NestedString(lease.Object, "spec", "renewTime")
-		k.renewed, _ = time.Parse(time.RFC3339Nano, renewed)
-		n := node{Name: u.GetName(), Ready: map[string]int{}}
-		n.Address, _, _ = unstructured.NestedString(u.Object, "spec", "address")
-		// The prefix is computed, not read: a node's record cannot claim
-		// another's sandboxes.
-		n.Prefix = IDPrefix(u.GetName())
-		c, _, _ := unstructured.NestedInt64(u.Object, "spec", "capacity")
-		sb, _, _ := unstructured.NestedInt64(u.Object, "status", "sandboxes")
-		n.Capacity, n.Sandboxes = int(c), int(sb)
-		pools, _, _ := unstructured.NestedSlice(u.Object, "status", "pools")
-		for _, p := range pools {
-			m, _ := p.(map[string]any)
-			t, _ := m["template"].(string)
-			r, _ := m["ready"].(int64)
-			n.Ready[t] = int(r)
+		lease, ok := l.(*unstructured.Unstructured)
+		if !ok {
+			continue
 		}
-		if n.Address != "" {
-			k.node = n
-			all = append(all, k)
+		k, err := parseNode(u, lease)
+		if err != nil {
+			bad[u.GetName()] = err.Error()
+			if s.bad[u.GetName()] != err.Error() {
+				s.log.Warn("router: AirlockNode left out", "node", u.GetName(), "err", err)
+			}
+			continue
 		}
+		all = append(all, k)
 	}
+	s.bad = bad
 	s.known.Store(&all)
 }
 

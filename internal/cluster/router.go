@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,10 +48,16 @@ const maxBody = 1 << 20
 // NewRouter starts watching the nodes of namespace and returns once it
 // has listed them.
 func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, domain string, log *slog.Logger) (*Router, error) {
-	rt := &Router{key: key, domain: domain, nodes: newNodeSet(client, namespace), log: log, uploads: make(chan struct{}, signedUploads)}
-	if err := rt.nodes.start(ctx); err != nil {
+	nodes := newNodeSet(client.Resource(nodesResource).Namespace(namespace), client.Resource(leasesResource).Namespace(namespace), log)
+	if err := nodes.start(ctx); err != nil {
 		return nil, err
 	}
+	return newRouter(nodes, key, domain, log), nil
+}
+
+// newRouter routes over nodes, which are being watched.
+func newRouter(nodes *nodeSet, key, domain string, log *slog.Logger) *Router {
+	rt := &Router{key: key, domain: domain, nodes: nodes, log: log, uploads: make(chan struct{}, signedUploads)}
 	transport := &http.Transport{
 		// A node that is gone must fail fast: its sandboxes then answer
 		// 404 rather than hang.
@@ -65,8 +70,7 @@ func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, do
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rt := pr.In.Context().Value(routeKey{}).(route)
-			target, _ := url.Parse(rt.node.Address)
-			pr.SetURL(target)
+			pr.SetURL(rt.node.target) // parsed and checked with its record
 			pr.Out.Host = pr.In.Host
 			// Set here, after the proxy dropped the hop-by-hop headers: a
 			// client's "Connection: E2b-Sandbox-Id" must not turn sandbox
@@ -85,7 +89,7 @@ func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, do
 		ModifyResponse: rt.rewriteDomain,
 		ErrorHandler:   rt.proxyError,
 	}
-	return rt, nil
+	return rt
 }
 
 // route is where the proxy sends a request: to node, for sandbox id;

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -28,6 +33,16 @@ type TemplateStatus struct {
 type templates struct {
 	mu     sync.Mutex
 	builds map[string]*templateBuild
+
+	// Run's own: the NameConflict condition each AirlockTemplate was
+	// last logged with (by uid), and when a failed write of one may be
+	// tried again.
+	logged     map[types.UID]string
+	retryAfter map[types.UID]time.Time
+}
+
+func newTemplates() templates {
+	return templates{builds: map[string]*templateBuild{}, logged: map[types.UID]string{}, retryAfter: map[types.UID]time.Time{}}
 }
 
 type templateBuild struct {
@@ -48,24 +63,68 @@ func (ts *templates) statuses() []TemplateStatus {
 	return out
 }
 
+// templateName is the template that AirlockTemplate u makes: its
+// spec.name, else its object name, as the build API stores it (E2B's
+// "name:default" is "name").
+func templateName(u *unstructured.Unstructured) string {
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "name")
+	if name == "" {
+		name = u.GetName()
+	}
+	return strings.TrimSuffix(name, ":default")
+}
+
+// nameConflict is an AirlockTemplate that is not built: an older one
+// makes a template of the same name.
+type nameConflict struct {
+	loser, winner *unstructured.Unstructured
+	name          string
+}
+
+// chooseTemplates picks the AirlockTemplate that each template name is
+// built from. Where several make one name, every node must pick the same
+// one, whatever order its informer lists them in, and keep it while they
+// all exist: the oldest, then by namespace and name, then uid. Picking
+// by order instead made each node cancel and restart the build every
+// second, each object's generation undoing the other's.
+func chooseTemplates(objs []any) (map[string]*unstructured.Unstructured, []nameConflict) {
+	byName := map[string][]*unstructured.Unstructured{}
+	for _, obj := range objs {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			byName[templateName(u)] = append(byName[templateName(u)], u)
+		}
+	}
+	chosen := map[string]*unstructured.Unstructured{}
+	var losers []nameConflict
+	for name, us := range byName {
+		slices.SortFunc(us, func(a, b *unstructured.Unstructured) int {
+			if c := a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time); c != 0 {
+				return c
+			}
+			if c := strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName()); c != 0 {
+				return c
+			}
+			return strings.Compare(string(a.GetUID()), string(b.GetUID()))
+		})
+		chosen[name] = us[0]
+		for _, u := range us[1:] {
+			losers = append(losers, nameConflict{loser: u, winner: us[0], name: name})
+		}
+	}
+	return chosen, losers
+}
+
 // applyTemplates builds, through the node's own build API, each
-// AirlockTemplate in store that the node has not built at its current
-// generation, and removes from the node the templates it built for
-// objects that are gone.
+// template that an AirlockTemplate in store makes and that the node has
+// not built at that object's current generation; removes from the node
+// the templates it built for objects that are gone; and says in the
+// status of each AirlockTemplate that is not built why not.
 func (n *Node) applyTemplates(ctx context.Context, store cache.Store) {
 	ts := &n.templates
-	want := map[string]bool{}
-	for _, obj := range store.List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
+	chosen, losers := chooseTemplates(store.List())
+	for _, name := range slices.Sorted(maps.Keys(chosen)) {
+		u := chosen[name]
 		spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-		name, _ := spec["name"].(string)
-		if name == "" {
-			name = u.GetName()
-		}
-		want[name] = true
 		key := string(u.GetUID()) + "/" + strconv.FormatInt(u.GetGeneration(), 10)
 		ts.mu.Lock()
 		old := ts.builds[name]
@@ -100,7 +159,7 @@ func (n *Node) applyTemplates(ctx context.Context, store cache.Store) {
 	ts.mu.Lock()
 	var gone []string
 	for name, b := range ts.builds {
-		if !want[name] {
+		if chosen[name] == nil {
 			b.cancel()
 			delete(ts.builds, name)
 			gone = append(gone, name)
@@ -113,6 +172,86 @@ func (n *Node) applyTemplates(ctx context.Context, store cache.Store) {
 			continue
 		}
 		n.cfg.Log.Info("cluster: removed template of a deleted AirlockTemplate", "template", name)
+	}
+	n.reportConflicts(ctx, store.List(), losers)
+}
+
+// conflictCondition is the condition an AirlockTemplate that is not
+// built carries in its status: the same on every node, so that their
+// writes agree and an unchanged one is not written again.
+func conflictCondition(c nameConflict) map[string]any {
+	return map[string]any{
+		"type": "NameConflict", "status": "True", "reason": "OlderTemplateHasName",
+		"message": fmt.Sprintf("not built: AirlockTemplate %q, which is older, makes template %q too; rename or delete one of them",
+			c.winner.GetName(), c.name),
+		"observedGeneration": c.loser.GetGeneration(),
+	}
+}
+
+// reportConflicts writes the NameConflict condition into the status of
+// each AirlockTemplate that is not built, and takes it out of those that
+// are built again. Every node writes the same; a write is made only
+// where the object says otherwise, and one that failed waits 30 s.
+func (n *Node) reportConflicts(ctx context.Context, objs []any, losers []nameConflict) {
+	ts := &n.templates
+	want := map[types.UID]map[string]any{}
+	for _, c := range losers {
+		want[c.loser.GetUID()] = conflictCondition(c)
+	}
+	for _, obj := range objs {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		uid := u.GetUID()
+		cond := want[uid]
+		msg, _ := cond["message"].(string)
+		if ts.logged[uid] != msg {
+			if cond != nil {
+				n.cfg.Log.Warn("cluster: AirlockTemplate not built", "object", u.GetName(), "reason", msg)
+			}
+			ts.logged[uid] = msg
+		}
+		// The other conditions stay as they are (a merge patch replaces
+		// the whole list).
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		var have map[string]any
+		others := []any{}
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "NameConflict" {
+				have = m
+			} else {
+				others = append(others, c)
+			}
+		}
+		if have == nil && cond == nil || reflect.DeepEqual(have, cond) || time.Now().Before(ts.retryAfter[uid]) {
+			continue
+		}
+		if cond != nil {
+			others = append(others, cond)
+		}
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": others}})
+		if _, err := n.templateStatus.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			if ctx.Err() == nil && !apierrors.IsNotFound(err) {
+				n.cfg.Log.Warn("cluster: write an AirlockTemplate's status", "object", u.GetName(), "err", err)
+			}
+			ts.retryAfter[uid] = time.Now().Add(30 * time.Second)
+			continue
+		}
+		delete(ts.retryAfter, uid)
+	}
+	// Forget the objects that are gone.
+	seen := map[types.UID]bool{}
+	for _, obj := range objs {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			seen[u.GetUID()] = true
+		}
+	}
+	for uid := range ts.logged {
+		if !seen[uid] {
+			delete(ts.logged, uid)
+			delete(ts.retryAfter, uid)
+		}
 	}
 }
 
@@ -179,9 +318,14 @@ func (l *LocalAPI) build(ctx context.Context, name string, spec map[string]any) 
 	}
 }
 
-// removeTemplate removes template name (all its tags) from the node.
+// removeTemplate removes template name ("id" or "id:tag") from the
+// node: that tag alone, for another AirlockTemplate (or a client of the
+// node) may have built another tag of the same id.
 func (l *LocalAPI) removeTemplate(ctx context.Context, name string) error {
-	id, _, _ := strings.Cut(name, ":")
-	_, err := l.do(ctx, http.MethodDelete, "/templates/"+url.PathEscape(id), nil)
+	id, tag, ok := strings.Cut(name, ":")
+	if !ok {
+		tag = "default"
+	}
+	_, err := l.do(ctx, http.MethodDelete, "/templates/tags", map[string]any{"name": id, "tags": []string{tag}})
 	return err
 }

@@ -78,9 +78,32 @@ type Builds struct {
 	// ReadyTimeout bounds a start command's wait to be ready; default 60s.
 	ReadyTimeout Duration `json:"readyTimeout"`
 	// PrivateRegistries lets clients' builds pull from registries at
-	// loopback and private addresses (a registry of the operator's own
-	// network); by default only internet addresses are dialed.
+	// private addresses (10/8, 172.16/12, 192.168/16, fc00::/7: a
+	// registry of the operator's own network), never at the host's own
+	// addresses; by default only internet addresses are dialed.
 	PrivateRegistries bool `json:"privateRegistries"`
+	// RegistryAddresses are addresses or CIDR prefixes that clients'
+	// builds may pull from whatever they are: loopback or the host's own
+	// addresses included. For a registry on the host, or to let in one
+	// registry rather than a whole private network.
+	RegistryAddresses []string `json:"registryAddresses"`
+}
+
+// Pulls is the rule of the addresses clients' builds may pull from.
+func (b Builds) Pulls() (build.PullRule, error) {
+	r := build.PullRule{Private: b.PrivateRegistries}
+	for _, s := range b.RegistryAddresses {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil || a.Zone() != "" {
+				return r, fmt.Errorf("builds.registryAddresses: %q is not an IP address or a CIDR prefix (127.0.0.1, 10.1.0.0/16)", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		r.Allow = append(r.Allow, p.Masked())
+	}
+	return r, nil
 }
 
 // BuildSettings is the builds' configuration with its defaults filled
@@ -116,6 +139,9 @@ func BuildSettings(cfg *Config) (Builds, policy.Policy, error) {
 	}
 	if b.Parallel < 0 || b.Timeout < 0 || b.ReadyTimeout < 0 {
 		return b, p, errors.New("builds: parallel and timeouts must not be negative")
+	}
+	if _, err := b.Pulls(); err != nil {
+		return b, p, err
 	}
 	return b, p, p.Validate()
 }

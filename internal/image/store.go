@@ -223,7 +223,7 @@ func (s *Store) Fetch(ctx context.Context, ref string, auth authn.Authenticator,
 func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, fmt.Errorf("image configuration: %v", err)
+		return nil, fmt.Errorf("image configuration: %w", err)
 	}
 	digest, err := img.Digest()
 	if err != nil {
@@ -231,7 +231,7 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return nil, fmt.Errorf("image layers: %v", err)
+		return nil, fmt.Errorf("image layers: %w", err)
 	}
 	if len(layers) > s.limits.Layers {
 		return nil, refuse("the image has %d layers, more than %d", len(layers), s.limits.Layers)

@@ -27,7 +27,7 @@ writeFileSync(join(ctx, 'app.sh'), 'echo app\n')
 
 const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-'))
 const cfgWarm = join(dir, 'warm.json')
-writeFileSync(cfgWarm, JSON.stringify({ poolMemoryBudget: '8G', templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } }, templatePoolSize: 1, builds: { network: 'none', privateRegistries: true } }))
+writeFileSync(cfgWarm, JSON.stringify({ poolMemoryBudget: '8G', templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } }, templatePoolSize: 1, builds: { network: 'none', registryAddresses: ['127.0.0.1'] } }))
 let server = await startServer(['--config', cfgWarm])
 
 const steps = 'mkdir -p /opt/app && echo built > /opt/app/stamp'
@@ -83,7 +83,7 @@ const memBase = await memory('base')
 await server.stop()
 
 const cfgCold = join(dir, 'cold.json')
-writeFileSync(cfgCold, JSON.stringify({ templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } }, templatePoolSize: 0, builds: { network: 'none', privateRegistries: true } }))
+writeFileSync(cfgCold, JSON.stringify({ templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } }, templatePoolSize: 0, builds: { network: 'none', registryAddresses: ['127.0.0.1'] } }))
 server = await startServer(['--config', cfgCold])
 await Template.build(tpl(), 'bench-tpl')
 const coldTpl = await creates('bench-tpl', false)

@@ -49,6 +49,19 @@ test('the manifests pass server-side dry run against the API server', { skip }, 
     apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockPool',
     metadata: { name: 'bad', namespace }, spec: { template: 'base', size: -1 },
   }, { dryRun: true }), /size/)
+  // A node's address is one that the routers can parse (they check it
+  // again, and leave out a node whose address they cannot).
+  const nodeAt = (address) => ({
+    apiVersion: 'airlock-sandbox.github.io/v1alpha1', kind: 'AirlockNode',
+    metadata: { name: 'addr', namespace }, spec: { address, idPrefix: 'abcdef' },
+  })
+  for (const good of ['http://10.0.0.5:49982', 'https://node-1.airlock.svc/', 'http://[fd00::5]:8080']) {
+    await c.kube.apply(nodeAt(good), { dryRun: true })
+  }
+  for (const bad of ['http://[::1', 'http://host:port', 'http://%zz', 'http://host:99999', 'http://[zz::1]:80',
+    'http://user@host', 'http://host?x', 'http://host:0']) {
+    await assert.rejects(c.kube.apply(nodeAt(bad), { dryRun: true }), /address/, `the CRD took the address ${JSON.stringify(bad)}`)
+  }
 })
 
 test('nodes register through the API: each has a Lease and an AirlockNode', { skip }, async () => {
@@ -216,6 +229,30 @@ test('a template declared with an AirlockTemplate is built on every node, and re
     assert.equal((await sb.commands.run('cat /srv/hello')).stdout, 'built by the cluster\n', n.name)
     await sb.kill()
   }
+
+  // A second object that makes the same template name (hello:default is
+  // hello) is not built: the older one stays, built once on each node, and
+  // the newer one says why in its status.
+  const builds = () => c.nodes.map((n) => n.proc.log.split('template from AirlockTemplate" template=hello ').length - 1)
+  const before = builds()
+  const rival = { ...tmpl, metadata: { name: 'hello-rival', namespace }, spec: { ...tmpl.spec, name: 'hello:default', startCmd: 'sleep 1' } }
+  await c.kube.apply(rival)
+  const rivalPath = `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocktemplates/hello-rival`
+  for (let i = 0; ; i++) {
+    const r = await c.kube.call('GET', rivalPath)
+    const cond = r.json?.status?.conditions?.find((x) => x.type === 'NameConflict')
+    if (cond) {
+      assert.equal(cond.status, 'True')
+      assert.match(cond.message, /AirlockTemplate "hello", which is older, makes template "hello" too/)
+      break
+    }
+    if (i > 150) assert.fail(`no NameConflict on the rival: ${JSON.stringify(r.json?.status)}\n${logs()}`)
+    await sleep(200)
+  }
+  await sleep(3000) // three of the nodes' looks, each of which once started the build anew
+  assert.deepEqual(builds(), before, 'a node built hello again while two objects named it')
+  assert.ok((await phases()).every(([, t]) => t?.phase === 'ready'), JSON.stringify(await phases()))
+  assert.equal((await c.kube.call('DELETE', rivalPath)).status, 200)
 
   const del = await c.kube.call('DELETE', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocktemplates/hello`)
   assert.equal(del.status, 200)

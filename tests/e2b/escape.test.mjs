@@ -89,9 +89,9 @@ before(async () => {
   // The daemon's environment holds the canary (and its API key).
   process.env.AIRLOCK_ESCAPE_CANARY = h.canary
   // The Debian image comes from a registry on loopback, which a server
-  // pulls from only when its operator allows private registries.
+  // pulls from only when its operator lists its address.
   const cfg = mkdtempSync(join(tmpdir(), 'airlock-escape-cfg-'))
-  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { privateRegistries: true, disk: '512M' } }))
+  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' } }))
   server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
   rmSync(cfg, { recursive: true })
   sbx = await Sandbox.create()

@@ -18,9 +18,9 @@ let server, registry, regProc, context
 before(async () => {
   if (skip) return
   // The registry is on loopback: a server pulls clients' images from
-  // public addresses only unless its operator allows private ones.
+  // the internet only, unless its operator lists a registry's address.
   const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-template-cfg-')), 'airlock.json')
-  writeFileSync(cfg, JSON.stringify({ builds: { privateRegistries: true } }))
+  writeFileSync(cfg, JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'] } }))
   server = await startServer(['--config', cfg])
   // With a Debian root (make test makes one: tests/fixtures/debian-root.sh)
   // the registry serves it too, as debian:latest.
