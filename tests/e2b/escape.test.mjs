@@ -162,6 +162,10 @@ function held(out, ...words) {
   }
 }
 
+// hangsAfter fails after ms, naming what hung; its timer does not keep
+// the test's process alive.
+const hangsAfter = (ms, what) => new Promise((_, fail) => setTimeout(() => fail(new Error(`${what} hung`)), ms).unref())
+
 // A python3 script, inside the bash script.
 const py = (code) => `python3 - <<'PYEOF'\n${code}\nPYEOF\n`
 
@@ -593,7 +597,7 @@ except OSError as e:
         [ -w /.airlock/run ] && (while :; do mv -f /.airlock/run/agent.sock /.airlock/run/x 2>/dev/null; ln -sfn ${h.sock} /.airlock/run/agent.sock;
           mkfifo /.airlock/run/f 2>/dev/null; mv -f /.airlock/run/x /.airlock/run/agent.sock 2>/dev/null; sleep 0.01; done) >/dev/null 2>&1 &
         true`
-      const within = (p, what) => Promise.race([p, sleep(150_000).then(() => { throw new Error(`${what} hung`) })])
+      const within = (p, what) => Promise.race([p, hangsAfter(150_000, what)])
       // An operation may fail (its sandbox fights its own agent); it may
       // not hang, reach the host socket, or show the host's secret.
       const tryOp = async (what, op) => {
@@ -646,16 +650,16 @@ except OSError as e:
       const before = free()
       // As root in the build's sandbox: whatever the read-back of its
       // layer could follow, block on or write out at full size.
-      const plant = `mkdir -p /opt/p && cd /opt/p && ln -s ${h.dir}/secret s-link && ln -s / root-link && ln -s ${h.sock} sock-link &&
-        mkfifo fifo && ln /etc/hostname hard && (mknod zero c 0 0 || true) &&
-        for i in $(seq 40); do truncate -s 1G sparse$i || break; done; ls -la /opt/p | head -5`
+      const plant = `mkdir -p /opt/p && cd /opt/p || exit 1; ln -s ${h.dir}/secret s-link; ln -s / root-link; ln -s ${h.sock} sock-link;
+        mkfifo fifo; echo x > file; ln file hard; mknod zero c 0 0;
+        for i in $(seq 40); do truncate -s 500M sparse$i || break; done; ls /opt/p | wc -l`
       const t = Template().fromTemplate(rootTemplate).runCmd(plant, { user: 'root' })
       const name = 'escape-readback-' + h.marker.slice(-6)
       let peak = 0
       const watch = setInterval(() => { peak = Math.max(peak, before - free()) }, 20)
       const built = await Promise.race([
         Template.build(t, name).then(() => 'built', (e) => `refused: ${String(e).split('\n')[0]}`),
-        sleep(300_000).then(() => 'hung'),
+        hangsAfter(300_000, 'the build').catch(() => 'hung'),
       ]).finally(() => clearInterval(watch))
       console.log(`build read-back: ${built}; the state directory's file system peaked ${(peak / 1048576).toFixed(0)} MiB above its start`)
       assert.notEqual(built, 'hung')
@@ -681,14 +685,14 @@ except OSError as e:
     api: true,
     async attack() {
       // /tmp, the home, /dev/shm, the agent's directory (gVisor), and an
-      // image's root (a new directory at /) as its root: each filled until
-      // it refuses, with bytes and with inodes. The state directory's file system may not
+      // image's root (a new directory at /) as its root: each filled with
+      // bytes until ENOSPC, then with 20,000 files. The state directory's file system may not
       // grow by more than a little (the daemon's own logs and state).
       const places = ['/tmp', '/home/user', '/dev/shm', '/.airlock/run']
       const fill = (dir) => `mkdir -p ${dir} 2>/dev/null; [ -w ${dir} ] || { echo "${dir}: not writable"; exit 0; }
-        dd if=/dev/zero of=${dir}/fill bs=1M count=2048 2>&1 | tail -1
-        i=0; while [ $i -lt 20000 ] && : > ${dir}/i$i 2>/dev/null; do i=$((i+1)); done; echo "${dir}: $i inodes"
-        rm -f ${dir}/fill ${dir}/i*`
+        for i in $(seq 2048); do dd if=/dev/zero of=${dir}/fill$i bs=1M count=1 2>&1 || break; done | grep -o -m1 'No space left' || echo "${dir}: NOT FULL"
+        i=0; while [ $i -lt 20000 ] && : > ${dir}/i$i 2>/dev/null; do i=$((i+1)); done; echo "${dir}: $i files"
+        rm -f ${dir}/fill* ${dir}/i*`
       const free = () => { const st = statfsSync(server.stateDir); return st.bavail * st.bsize }
       const before = free()
       const boxes = [[await Sandbox.create(), undefined, places]]
@@ -698,6 +702,7 @@ except OSError as e:
           for (const d of dirs) {
             const out = await paths.api(fill(d), { box, user, timeoutMs: 120_000 })
             console.log(`fill ${user ?? 'user'} ${d}: ${(out.stdout + out.stderr).trim().split('\n').slice(-2).join(' | ').slice(0, 160)}`)
+            assert.match(out.stdout, /No space left|not writable/, `${d} filled without ENOSPC`)
             assert.ok(before - free() < 64 << 20, `the host's state directory lost ${((before - free()) / 1048576).toFixed(0)} MiB to ${d}`)
           }
           assert.equal(await box.files.exists('/tmp'), true, 'the sandbox outlives its full disks')
