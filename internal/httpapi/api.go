@@ -61,7 +61,8 @@ func New(m *sandbox.Manager, apiKey, domain string, log *slog.Logger) *Server {
 			for _, h := range credentialHeaders {
 				pr.Out.Header.Del(h)
 			}
-			agentAuthorization(pr.Out.Header)
+			sb, _ := pr.In.Context().Value(sandboxKey{}).(*sandbox.Sandbox)
+			s.agentAuthorization(pr.Out.Header, sb)
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.Request.URL.Path == agentproto.FilesPath {

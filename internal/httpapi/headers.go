@@ -22,27 +22,35 @@ var credentialHeaders = []string{"X-API-KEY", "X-Access-Token", "E2B-Traffic-Acc
 // agentAuthorization is what the agent may see of a request's
 // Authorization: the user it names in Basic (envd's way of choosing who
 // runs a command), and nothing else: no password, no bearer token (the
-// API key, as MCP clients and Prometheus send it).
-func agentAuthorization(h http.Header) {
+// API key, as MCP clients and Prometheus send it), and no user name that
+// is the key or one of sb's tokens.
+func (s *Server) agentAuthorization(h http.Header, sb *sandbox.Sandbox) {
 	user, _, ok := (&http.Request{Header: h}).BasicAuth()
 	h.Del("Authorization")
-	if ok && user != "" {
+	if ok && user != "" && !s.isSecret(user, sb) {
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	}
+}
+
+// isSecret reports whether v is the API key or one of sb's tokens.
+func (s *Server) isSecret(v string, sb *sandbox.Sandbox) bool {
+	secrets := []string{s.apiKey}
+	if sb != nil {
+		secrets = append(secrets, sb.AccessToken, sb.TrafficToken)
+	}
+	for _, c := range secrets {
+		if c != "" && subtle.ConstantTimeCompare([]byte(v), []byte(c)) == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // dropKeyAuthorization removes Authorization from h when it carries the
 // API key or one of sb's tokens, as a bearer token, in Basic or bare;
 // any other is the business of the sandbox's server and stays.
 func (s *Server) dropKeyAuthorization(h http.Header, sb *sandbox.Sandbox) {
-	secret := func(v string) bool {
-		for _, c := range []string{s.apiKey, sb.AccessToken, sb.TrafficToken} {
-			if c != "" && subtle.ConstantTimeCompare([]byte(v), []byte(c)) == 1 {
-				return true
-			}
-		}
-		return false
-	}
+	secret := func(v string) bool { return s.isSecret(v, sb) }
 	for _, v := range h.Values("Authorization") {
 		scheme, cred, _ := strings.Cut(strings.TrimSpace(v), " ")
 		cred = strings.TrimSpace(cred)

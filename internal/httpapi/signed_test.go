@@ -153,21 +153,26 @@ func TestDownloadName(t *testing.T) {
 }
 
 func TestAgentAuthorization(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	c := a.create(nil)
+	sb, _ := a.m.Get(c.SandboxID)
 	basic := func(s string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(s)) }
 	for in, want := range map[string]string{
-		"":                    "",
-		"Bearer " + key:       "",
-		key:                   "",
-		basic("root:" + key):  basic("root:"),
-		basic("user:"):        basic("user:"),
-		basic(":" + key):      "",
-		"Digest username=bob": "",
+		"":                          "",
+		"Bearer " + key:             "",
+		key:                         "",
+		basic("root:" + key):        basic("root:"),
+		basic("user:"):              basic("user:"),
+		basic(":" + key):            "",
+		basic(key + ":"):            "",
+		basic(sb.AccessToken + ":"): "",
+		"Digest username=bob":       "",
 	} {
 		h := http.Header{}
 		if in != "" {
 			h.Set("Authorization", in)
 		}
-		agentAuthorization(h)
+		a.s.agentAuthorization(h, sb)
 		if got := h.Get("Authorization"); got != want {
 			t.Errorf("Authorization %q became %q, want %q", in, got, want)
 		}
