@@ -422,15 +422,18 @@ test('DNS and connection floods are cut at the sandbox\'s rates; its neighbour i
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ network: { dns: [labDNS], dnsRate: '10/h', connectionRate: '10/h' },
     templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
   const limited = await startServer(['--config', join(dir, 'config.json')])
-  const burst = 20 // twice 10/h
+  // A bucket of at most the rate plus its burst (twice 10/h): kernels
+  // differ in which (6.18 lets exactly the burst through).
+  const most = 10 + 20 + 1
   try {
     const flooder = await create({ allowInternetAccess: true })
     const neighbour = await create({ allowInternetAccess: true })
     try {
       const out = await probe(flooder, 'flood', '300')
       const [, dns, tcp] = out.match(/^OK dns (\d+) tcp (\d+)$/) ?? assert.fail(out)
-      assert.ok(+dns > 0 && +dns <= burst + 1, `${dns} of 300 DNS queries reached the flooder's resolver, want 1 to ${burst + 1}`)
-      assert.ok(+tcp > 0 && +tcp <= burst + 1, `${tcp} of 300 connections reached the flooder's proxy, want 1 to ${burst + 1}`)
+      console.log(`flood: ${dns} of 300 DNS queries and ${tcp} of 300 connections reached the daemon`)
+      assert.ok(+dns > 0 && +dns <= most, `${dns} of 300 DNS queries reached the flooder's resolver, want 1 to ${most}`)
+      assert.ok(+tcp > 0 && +tcp <= most, `${tcp} of 300 connections reached the flooder's proxy, want 1 to ${most}`)
       await expectOK(neighbour, /^OK dns 10 tcp 10$/, 'flood', '10')
     } finally {
       await flooder.kill()
