@@ -94,7 +94,8 @@ before(async () => {
   writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' } }))
   server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
   rmSync(cfg, { recursive: true })
-  sbx = await Sandbox.create()
+  // The shared sandboxes live as long as the whole catalogue may take.
+  sbx = await Sandbox.create({ timeoutMs: 3_600_000 })
   if (!noRoot) {
     registry = spawn(resolve(bin, '../mkimage'), ['-root', process.env.AIRLOCK_DEBIAN_ROOT], { stdio: ['pipe', 'pipe', 'inherit'] })
     const addr = await new Promise((ok, fail) => {
@@ -102,7 +103,7 @@ before(async () => {
       createInterface({ input: registry.stdout }).on('line', (l) => { if (l.startsWith('REGISTRY=')) ok(l.slice(9)) })
     })
     await Template.build(Template().fromImage(`${addr}/debian:latest`), rootTemplate)
-    rootBox = await Sandbox.create(rootTemplate)
+    rootBox = await Sandbox.create(rootTemplate, { timeoutMs: 3_600_000 })
     h.layerFiles = imageFiles(server.stateDir, ['usr/bin/python3.11', 'usr/bin/bash', 'usr/lib/x86_64-linux-gnu/libc.so.6', 'etc/passwd'])
     assert.ok(h.layerFiles.length >= 3, `the image's files in the store: ${h.layerFiles}`)
   }
@@ -584,6 +585,7 @@ except OSError as e:
   {
     name: 'links, FIFOs, hard links and devices planted where the daemon works: pause, snapshot, fork, files-only pause, metrics, kill',
     api: true,
+    timeout: 600_000, // many sandboxes and operations, each bounded
     async attack() {
       // Every place of a sandbox's that the daemon (root) or its agent
       // handles on its behalf, holding what would hurt a root that
@@ -644,6 +646,7 @@ except OSError as e:
   {
     name: "a build's writable layer, read back by the daemon, holding links, FIFOs, hard links, devices and sparse files",
     api: true,
+    timeout: 600_000, // many sandboxes and operations, each bounded
     async attack() {
       if (!rootBox) return // needs the Debian image (AIRLOCK_DEBIAN_ROOT)
       const free = () => { const st = statfsSync(server.stateDir); return st.bavail * st.bsize }
@@ -683,6 +686,7 @@ except OSError as e:
   {
     name: 'exhaustion: every writable place fills up inside its sandbox, never the host',
     api: true,
+    timeout: 600_000, // many sandboxes and operations, each bounded
     async attack() {
       // /tmp, the home, /dev/shm, the agent's directory (gVisor), and an
       // image's root (a new directory at /) as its root: each filled with
@@ -773,7 +777,7 @@ function hostProcesses(s) {
 
 for (const row of catalogue) {
   for (const path of row.api ? ['api'] : ['api', 'cli', 'root']) {
-    test(`${path}: ${row.name}`, { skip: path === 'root' && noRoot }, async () => {
+    test(`${path}: ${row.name}`, { skip: path === 'root' && noRoot, timeout: row.timeout }, async () => {
       ran[path]++
       const fresh = row.fresh && path !== 'cli'
       const box = path === 'root' ? (fresh ? await Sandbox.create(rootTemplate) : rootBox) : (fresh ? await Sandbox.create() : sbx)
