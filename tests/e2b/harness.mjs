@@ -8,6 +8,14 @@ import { createInterface } from 'node:readline'
 
 const bin = process.env.AIRLOCK_BIN ?? resolve(import.meta.dirname, '../../bin/airlock')
 
+// A test file cut off by its timeout gets SIGTERM: the servers it started
+// end with it (and their sandboxes with them) rather than outlive the run.
+const live = new Set()
+process.once('SIGTERM', () => {
+  for (const p of live) p.kill('SIGTERM')
+  process.exit(143)
+})
+
 // opts.stateDir and opts.apiKey start a server where an earlier one left
 // off (see crash).
 export async function startServer(extraArgs = [], opts = {}) {
@@ -19,6 +27,8 @@ export async function startServer(extraArgs = [], opts = {}) {
     env: { ...process.env, AIRLOCK_API_KEY: apiKey },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
+  live.add(proc)
+  proc.on('exit', () => live.delete(proc))
   let log = ''
   proc.stderr.on('data', (d) => { log += d; if (process.env.AIRLOCK_TEST_LOG) appendFileSync(process.env.AIRLOCK_TEST_LOG, d) })
   const env = { E2B_API_KEY: apiKey }
