@@ -6,9 +6,9 @@
 // sandbox cannot outlive its daemon, and the test says so.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdtempSync, writeFileSync, readdirSync, readFileSync, existsSync, statSync } from 'node:fs'
+import { mkdtempSync, writeFileSync, readdirSync, readFileSync, existsSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { Sandbox } from '@e2b/code-interpreter'
 import { Sandbox as Base } from 'e2b'
 import { startServer } from './harness.mjs'
@@ -30,7 +30,10 @@ function processesOf(stateDir) {
 }
 
 let server
+// The servers' config files' directories, kept while servers restart.
+const configDirs = []
 after(async () => {
+  for (const d of configDirs) rmSync(d, { recursive: true, force: true })
   if (server) {
     const { code } = await server.stop()
     assert.equal(code, 0)
@@ -39,6 +42,7 @@ after(async () => {
 
 test('pause to disk: variables, files and processes outlive a killed daemon, three times over', { skip, timeout: 300_000 }, async () => {
   const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-persist-cfg-')), 'airlock.json')
+  configDirs.push(dirname(cfg))
   writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1 }))
   const args = ['--config', cfg, '--pool-size', '0']
   server = await startServer(args)
@@ -229,6 +233,7 @@ test('warm pool from a snapshot: the code interpreter starts as a copy of a read
 
 test('pause keeping only the files (keepMemory: false): files outlive a killed daemon, nothing runs, on every backend', { timeout: 300_000 }, async () => {
   const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-persist-cfg-')), 'airlock.json')
+  configDirs.push(dirname(cfg))
   writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1 }))
   const args = ['--config', cfg, '--pool-size', '0']
   await restart(args)

@@ -4,9 +4,9 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
 import { startServer, sleep, noFreezer, countsCPU } from './harness.mjs'
 
@@ -16,6 +16,7 @@ before(async () => {
   const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-sdk-test-')), 'airlock.json')
   writeFileSync(cfg, JSON.stringify({ metricsInterval: '500ms' }))
   server = await startServer(['--config', cfg])
+  rmSync(dirname(cfg), { recursive: true }) // read at start only
 })
 after(async () => {
   const { code, leftover } = await server.stop()

@@ -217,3 +217,42 @@ func TestCleanupRemovesOrphanAgentDirs(t *testing.T) {
 		t.Errorf("mounts under the state directory left on the host")
 	}
 }
+
+// BenchmarkAgentDial: a new connection to a gVisor agent through its
+// directory (openat2, fstat, connect through /proc/self/fd, the peer's
+// cgroup read) against a plain connect by path, the way before it, to the
+// same agent. The daemon keeps idle connections, so a dial is paid only
+// when a request finds none.
+func BenchmarkAgentDial(b *testing.B) {
+	be := testBackend(b)
+	be.stateDir = b.TempDir()
+	inst, err := be.Start(b.Context(), backendtest.TestPolicy(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := inst.(*agentSandbox)
+	defer func() { s.Kill(b.Context()); s.Wait() }()
+	if c, err := s.Dial(b.Context()); err != nil {
+		b.Fatal(err)
+	} else {
+		c.Close()
+	}
+	b.Run("by-path", func(b *testing.B) {
+		for b.Loop() {
+			c, err := net.Dial("unix", filepath.Join(s.agent.path, agentSocket))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("agentDir", func(b *testing.B) {
+		for b.Loop() {
+			c, err := s.agent.dial(b.Context())
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+}

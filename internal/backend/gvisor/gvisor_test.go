@@ -24,7 +24,7 @@ import (
 
 // testBackend finds runsc for the tests; make test builds it and sets
 // AIRLOCK_RUNSC, so in CI these tests always run.
-func testBackend(t *testing.T) *Backend {
+func testBackend(t testing.TB) *Backend {
 	t.Helper()
 	airlocktest.RequiresRoot(t)
 	p, err := FindRunsc("")
