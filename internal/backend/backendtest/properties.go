@@ -48,16 +48,11 @@ socket.create_connection(s.getsockname()); print("own loopback ok")
 print([name for _, name in socket.if_nameindex()])
 `
 
-// HostListener listens on the host's loopback until the test ends and
-// counts the connections it accepts: a sandbox must make none.
-func HostListener(t *testing.T) (port int, accepted *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+// Accepts counts the connections ln accepts, closing each, until the
+// test ends and closes ln.
+func Accepts(t testing.TB, ln net.Listener) *atomic.Int32 {
 	t.Cleanup(func() { ln.Close() })
-	accepted = new(atomic.Int32)
+	accepted := new(atomic.Int32)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -68,6 +63,18 @@ func HostListener(t *testing.T) (port int, accepted *atomic.Int32) {
 			c.Close()
 		}
 	}()
+	return accepted
+}
+
+// HostListener listens on the host's loopback until the test ends and
+// counts the connections it accepts: a sandbox must make none.
+func HostListener(t *testing.T) (port int, accepted *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = Accepts(t, ln)
 	return ln.Addr().(*net.TCPAddr).Port, accepted
 }
 

@@ -27,19 +27,7 @@ func hostSocket(t *testing.T) (path string, accepted *atomic.Int32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	accepted = new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	return path, accepted
+	return path, backendtest.Accepts(t, ln)
 }
 
 // health asks the agent behind conn for its health.
