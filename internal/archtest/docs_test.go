@@ -2,6 +2,7 @@ package archtest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -125,6 +127,101 @@ func TestDocsCheckFindsBadNames(t *testing.T) {
 	for _, c := range good {
 		if r := ix.check(c.doc, c.text); len(r.problems) != 0 {
 			t.Errorf("%s: %q: got problems %q, want none", c.doc, c.text, r.problems)
+		}
+	}
+}
+
+// TestThirdPartyLicensesComplete: THIRD_PARTY_LICENSES.md lists, at
+// their versions, exactly the Go modules the three binaries link and the
+// production npm packages of the console they embed, each with a
+// licence, so that a new or upgraded dependency gets its licence read
+// before it ships.
+func TestThirdPartyLicensesComplete(t *testing.T) {
+	type dep struct{ name, version string }
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "THIRD_PARTY_LICENSES.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[dep]string{} // → its licence, from the tables' rows
+	row := regexp.MustCompile("(?m)^\\| `([^`]+)` \\| `([^`]+)` \\| ([^|]*) \\|")
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		listed[dep{m[1], m[2]}] = strings.TrimSpace(m[3])
+	}
+
+	want := map[dep]string{} // → where it comes from
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command lists the binaries' modules: %v", err)
+	}
+	// As make build builds them: static, for this platform.
+	cmd := exec.Command(goBin, "list", "-deps", "-f",
+		"{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{with .Replace}} {{.Path}} {{.Version}}{{end}}{{end}}{{end}}",
+		"./cmd/airlock", "./cmd/airlock-sandbox", "./cmd/airlock-cluster")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		switch f := strings.Fields(line); len(f) {
+		case 0:
+		case 2:
+			want[dep{f[0], f[1]}] = "a Go module the binaries link"
+		case 4: // replaced: what is linked is the replacement
+			want[dep{f[2], f[3]}] = "a Go module the binaries link"
+		default:
+			t.Fatalf("go list: unexpected line %q", line)
+		}
+	}
+	if len(want) < 10 {
+		t.Fatalf("go list reported only %d modules: %s", len(want), out)
+	}
+
+	var lock struct {
+		Packages map[string]struct {
+			Version string `json:"version"`
+			Dev     bool   `json:"dev"`
+		} `json:"packages"`
+	}
+	b, err = os.ReadFile(filepath.Join(root, "console", "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &lock); err != nil {
+		t.Fatalf("console/package-lock.json: %v", err)
+	}
+	npm := 0
+	for key, p := range lock.Packages {
+		// node_modules/a, node_modules/@s/b, node_modules/a/node_modules/c
+		i := strings.LastIndex(key, "node_modules/")
+		if i < 0 || p.Dev {
+			continue // the console itself, or a build tool
+		}
+		want[dep{key[i+len("node_modules/"):], p.Version}] = "a production npm package of the console"
+		npm++
+	}
+	if npm == 0 {
+		t.Fatal("console/package-lock.json has no production package")
+	}
+
+	for d, from := range want {
+		if _, ok := listed[d]; !ok {
+			t.Errorf("THIRD_PARTY_LICENSES.md does not list %s %s (%s): add its row, \"| `%s` | `%s` | LICENCE |\", with the licence its licence file states",
+				d.name, d.version, from, d.name, d.version)
+		}
+	}
+	for d, licence := range listed {
+		if _, ok := want[d]; !ok {
+			t.Errorf("THIRD_PARTY_LICENSES.md lists %s %s, which no binary links and the console does not depend on: remove its row (or correct its version)", d.name, d.version)
+		}
+		if licence == "" {
+			t.Errorf("THIRD_PARTY_LICENSES.md: %s %s has no licence", d.name, d.version)
 		}
 	}
 }
