@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/clusterbin"
+	"github.com/airlock-sandbox/airlock/internal/config"
 )
 
 // A cluster on Kubernetes (README, "Many hosts"): airlock router, and
@@ -28,29 +28,17 @@ func routerCmd(args []string) error {
 	return clusterbin.Exec(append([]string{"router"}, args...)...)
 }
 
-// nodeFlags make airlock serve a node of a cluster.
-type nodeFlags struct {
-	name, kubeconfig, namespace, advertise string
-}
-
-func (f *nodeFlags) add(fs *flag.FlagSet) {
-	fs.StringVar(&f.name, "node-name", os.Getenv("AIRLOCK_NODE_NAME"), "join a cluster as this node (registers with the Kubernetes API server)")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster's API server (default: the pod's service account)")
-	fs.StringVar(&f.namespace, "namespace", "", "namespace of Airlock's objects (default $AIRLOCK_NAMESPACE, the pod's, then airlock)")
-	fs.StringVar(&f.advertise, "advertise", os.Getenv("AIRLOCK_ADVERTISE"), "URL at which routers reach this node (default http://LISTEN)")
-}
-
-// check refuses cluster flags without a node name, and a name the API
-// server would not take.
-func (f *nodeFlags) check() error {
-	if f.name == "" {
-		if f.kubeconfig != "" || f.namespace != "" || f.advertise != "" {
+// checkNode refuses cluster settings without a node name, and a name
+// the API server would not take.
+func checkNode(n config.Node) error {
+	if n.Name == "" {
+		if n.Kubeconfig != "" || n.Namespace != "" || n.Advertise != "" {
 			return usageError{"--kubeconfig, --namespace and --advertise need --node-name"}
 		}
 		return nil
 	}
-	if !dnsName(f.name) {
-		return usageError{fmt.Sprintf("--node-name %q is not a DNS name (lower-case letters, digits, '-' and '.')", f.name)}
+	if !dnsName(n.Name) {
+		return usageError{fmt.Sprintf("--node-name %q is not a DNS name (lower-case letters, digits, '-' and '.')", n.Name)}
 	}
 	return nil
 }
@@ -89,12 +77,12 @@ type nodeAgent struct {
 // join starts the node's registration and returns once the node is
 // known to the cluster; leave deregisters it and returns when that is
 // done. A registration that dies later is started again.
-func (f *nodeFlags) join(addr net.Addr, key string, backends []string, capacity int, log *slog.Logger) (leave func(), err error) {
+func joinCluster(n config.Node, addr net.Addr, key string, backends []string, capacity int, log *slog.Logger) (leave func(), err error) {
 	tcp, _ := addr.(*net.TCPAddr)
 	if tcp == nil {
 		return nil, fmt.Errorf("cluster: cannot join from %s", addr)
 	}
-	address := f.advertise
+	address := n.Advertise
 	if address == "" {
 		if tcp.IP.IsUnspecified() {
 			return nil, usageError{fmt.Sprintf("listening on %s, which routers cannot dial: give --advertise http://ADDRESS:PORT", addr)}
@@ -106,14 +94,14 @@ func (f *nodeFlags) join(addr net.Addr, key string, backends []string, capacity 
 	if local.IsUnspecified() {
 		local = net.IPv4(127, 0, 0, 1)
 	}
-	args := []string{"node", "--node-name", f.name, "--advertise", address,
+	args := []string{"node", "--node-name", n.Name, "--advertise", address,
 		"--local", "http://" + net.JoinHostPort(local.String(), strconv.Itoa(tcp.Port)),
 		"--capacity", strconv.Itoa(capacity), "--backends", strings.Join(backends, ","), "--ready-fd", "3"}
-	if f.kubeconfig != "" {
-		args = append(args, "--kubeconfig", f.kubeconfig)
+	if n.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", n.Kubeconfig)
 	}
-	if f.namespace != "" {
-		args = append(args, "--namespace", f.namespace)
+	if n.Namespace != "" {
+		args = append(args, "--namespace", n.Namespace)
 	}
 	a := &nodeAgent{args: args, key: key, log: log, done: make(chan struct{})}
 	exited, err := a.start(true)

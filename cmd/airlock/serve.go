@@ -46,55 +46,25 @@ func serveCmd(args []string) error {
 	// exited) must not kill the daemon: Go exits on SIGPIPE from a write
 	// to stdout or stderr unless the signal is handled. Writes then fail.
 	signal.Ignore(syscall.SIGPIPE)
-	cfg := config.Default()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	configPath := fs.String("config", os.Getenv("AIRLOCK_CONFIG"), "JSON config file")
-	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:49982)")
-	stateDir := fs.String("state-dir", "", "state directory (default /var/lib/airlock)")
-	poolSize := fs.Int("pool-size", -1, "ready sandboxes kept per template (default 2)")
-	backendName := fs.String("backend", "", "isolation: namespaces (default) or gvisor")
-	runscPath := fs.String("runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
-	domain := fs.String("domain", "", "sandboxes' servers answer at {port}-{sandboxID}.DOMAIN (default localhost:PORT)")
-	var node nodeFlags
-	node.add(fs)
+	flags := config.ServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *configPath != "" {
-		if err := config.Load(*configPath, &cfg); err != nil {
-			return usageError{err.Error()}
-		}
+	cfg, err := config.Resolve(os.Getenv, flags)
+	if err != nil {
+		return usageError{err.Error()}
 	}
 	// A weak key is refused before anything starts (a stored one, once
 	// the state directory is open, by config.APIKey).
-	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
-		if err := apikey.Check("AIRLOCK_API_KEY", k); err != nil {
+	if cfg.APIKey != "" {
+		if err := apikey.Check("AIRLOCK_API_KEY", cfg.APIKey); err != nil {
 			return usageError{err.Error()}
 		}
-	}
-	for env, dst := range map[string]*string{"AIRLOCK_LISTEN": &cfg.Listen, "AIRLOCK_STATE_DIR": &cfg.StateDir} {
-		if v := os.Getenv(env); v != "" {
-			*dst = v
-		}
-	}
-	if *listen != "" {
-		cfg.Listen = *listen
-	}
-	if *stateDir != "" {
-		cfg.StateDir = *stateDir
-	}
-	if *backendName != "" {
-		cfg.Backend = *backendName
-	}
-	if *runscPath != "" {
-		cfg.Runsc = *runscPath
-	}
-	if *domain != "" {
-		cfg.Domain = *domain
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	backends := newBackends(cfg.StateDir, cfg.Runsc, log)
@@ -102,7 +72,7 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	mcfg, err := config.Manager(&cfg, *poolSize, backends.get)
+	mcfg, err := config.Manager(&cfg, backends.get)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -112,11 +82,11 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	if err := node.check(); err != nil {
+	if err := checkNode(cfg.Node); err != nil {
 		return err
 	}
-	if node.name != "" {
-		mcfg.IDPrefix = sandboxid.NodePrefix(node.name)
+	if cfg.Node.Name != "" {
+		mcfg.IDPrefix = sandboxid.NodePrefix(cfg.Node.Name)
 	}
 	if cfg.AllowRequestBackend {
 		for _, name := range []string{"namespaces", "gvisor"} {
@@ -160,7 +130,7 @@ func serveCmd(args []string) error {
 	}
 	// Older than any sandbox takes between making its cgroup and starting.
 	cgroups.SweepOrphans(2 * backend.SetupTimeout)
-	apiKey, err := config.APIKey(cfg.StateDir)
+	apiKey, err := config.APIKey(cfg.APIKey, cfg.StateDir)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -212,12 +182,12 @@ func serveCmd(args []string) error {
 	// In a cluster the node registers once it answers, and deregisters
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}
-	if node.name != "" {
+	if cfg.Node.Name != "" {
 		offered := []string{isolation.Name()} // what a create can ask for
 		if mcfg.AllowRequestBackend {
 			offered = slices.Sorted(maps.Keys(backends.m))
 		}
-		if leave, err = node.join(ln.Addr(), key, offered, mcfg.MaxSandboxes, log); err != nil {
+		if leave, err = joinCluster(cfg.Node, ln.Addr(), key, offered, mcfg.MaxSandboxes, log); err != nil {
 			srv.Close()
 			m.Shutdown()
 			return err

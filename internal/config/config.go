@@ -27,8 +27,7 @@ import (
 )
 
 // Config is the daemon's configuration: built-in defaults, then the config
-// file, then environment variables, then flags (the last two are the
-// command's business).
+// file, then environment variables, then flags (Resolve).
 type Config struct {
 	Listen   string `json:"listen"`
 	StateDir string `json:"stateDir"`
@@ -63,6 +62,20 @@ type Config struct {
 	// a keep-alive connection idle that long between requests (0: 2m).
 	MaxConnections int      `json:"maxConnections"`
 	IdleTimeout    Duration `json:"idleTimeout"`
+
+	// What no config file holds. APIKey is the key clients must present
+	// ($AIRLOCK_API_KEY); "": the one kept in the state directory.
+	APIKey string `json:"-"`
+	// Node makes the daemon a node of a cluster.
+	Node Node `json:"-"`
+}
+
+// Node is a cluster node's settings (airlock serve --node-name).
+type Node struct {
+	// Name is the node's ("": not a node); Kubeconfig and Namespace find
+	// the cluster's API server and Airlock's objects in it; Advertise is
+	// the URL at which routers reach the node ("": http://LISTEN).
+	Name, Kubeconfig, Namespace, Advertise string
 }
 
 // Builds is how template builds run: each in a sandbox of its own.
@@ -275,11 +288,10 @@ func Load(path string, cfg *Config) error {
 	return nil
 }
 
-// Manager returns the sandbox manager's configuration for cfg. poolSize,
-// when not negative, sets every template's pool (a flag wins over the
-// file). backendFor returns the backend of a name ("" is the server's);
-// it is asked only for the backends cfg names.
-func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Backend, error)) (sandbox.Config, error) {
+// Manager returns the sandbox manager's configuration for cfg.
+// backendFor returns the backend of a name ("" is the server's); it is
+// asked only for the backends cfg names.
+func Manager(cfg *Config, backendFor func(name string) (sandbox.Backend, error)) (sandbox.Config, error) {
 	mc := sandbox.Config{
 		PoolMemoryBudget: int64(cfg.PoolMemoryBudget),
 		DefaultTTL:       time.Duration(cfg.DefaultTimeout),
@@ -303,9 +315,6 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 	}
 	for _, name := range Builtin {
 		t := sandbox.Template{Name: name, Policy: policy.Default(), PoolSize: 2}
-		if poolSize >= 0 {
-			t.PoolSize = poolSize
-		}
 		p := &t.Policy
 		if tc, ok := cfg.Templates[name]; ok {
 			if tc.Memory != nil {
@@ -320,7 +329,7 @@ func Manager(cfg *Config, poolSize int, backendFor func(name string) (sandbox.Ba
 			if tc.Disk != nil {
 				p.DiskBytes = int64(*tc.Disk)
 			}
-			if tc.PoolSize != nil && poolSize < 0 {
+			if tc.PoolSize != nil {
 				t.PoolSize = *tc.PoolSize
 			}
 			if tc.Backend != "" {
@@ -436,11 +445,12 @@ type Key struct {
 	Generated bool
 }
 
-// APIKey returns the key clients must present: AIRLOCK_API_KEY if set,
-// else the one stored in the state directory, created on first start. A
-// key too weak to guard the server is refused (apikey.Check).
-func APIKey(stateDir string) (Key, error) {
-	if k := os.Getenv("AIRLOCK_API_KEY"); k != "" {
+// APIKey returns the key clients must present: key, AIRLOCK_API_KEY's
+// (Config.APIKey), if set, else the one stored in the state directory,
+// created on first start. A key too weak to guard the server is refused
+// (apikey.Check).
+func APIKey(key, stateDir string) (Key, error) {
+	if k := key; k != "" {
 		return Key{Value: k, From: "AIRLOCK_API_KEY"}, apikey.Check("AIRLOCK_API_KEY", k)
 	}
 	path := filepath.Join(stateDir, "api-key")

@@ -46,7 +46,7 @@ func TestManager(t *testing.T) {
 	if err := Load(path, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	mc, err := Manager(&cfg, -1, noBackend)
+	mc, err := Manager(&cfg, noBackend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +59,6 @@ func TestManager(t *testing.T) {
 	}
 	if ci.Name != CodeInterpreter || ci.PoolSize != 2 || !strings.Contains(strings.Join(ci.Policy.Env, " "), agentproto.PrestartEnv+"=python") {
 		t.Errorf("code interpreter template %+v, want the default pool and a prestarted Python kernel", ci)
-	}
-	// A flag's pool size wins over the file's.
-	if mc, _ := Manager(&cfg, 0, noBackend); mc.Templates[0].PoolSize != 0 || mc.Templates[1].PoolSize != 0 {
-		t.Errorf("--pool-size 0 left pools of %d and %d", mc.Templates[0].PoolSize, mc.Templates[1].PoolSize)
 	}
 }
 
@@ -83,7 +79,7 @@ func TestManagerRefusesBadConfigs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Default()
 			tc.cfg(&cfg)
-			if _, err := Manager(&cfg, -1, noBackend); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := Manager(&cfg, noBackend); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error naming %q", err, tc.want)
 			}
 		})
@@ -91,10 +87,9 @@ func TestManagerRefusesBadConfigs(t *testing.T) {
 }
 
 func TestAPIKeyIsStoredPrivately(t *testing.T) {
-	t.Setenv("AIRLOCK_API_KEY", "")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "api-key")
-	k, err := APIKey(dir)
+	k, err := APIKey("", dir)
 	if err != nil || !strings.HasPrefix(k.Value, "e2b_") || len(k.Value) != 44 || !k.Generated || k.From != path {
 		t.Fatalf("APIKey = %+v, %v", k, err)
 	}
@@ -102,12 +97,11 @@ func TestAPIKeyIsStoredPrivately(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("stored key: %v %v, want mode 0600", fi.Mode(), err)
 	}
-	if again, _ := APIKey(dir); again.Value != k.Value || again.Generated {
+	if again, _ := APIKey("", dir); again.Value != k.Value || again.Generated {
 		t.Errorf("second start got %+v, want the stored %q, not generated", again, k.Value)
 	}
 	strong := "e2b_0123456789abcdef0123456789abcdef01234567"
-	t.Setenv("AIRLOCK_API_KEY", strong)
-	if k, _ := APIKey(dir); k.Value != strong || k.From != "AIRLOCK_API_KEY" || k.Generated {
+	if k, _ := APIKey(strong, dir); k.Value != strong || k.From != "AIRLOCK_API_KEY" || k.Generated {
 		t.Errorf("AIRLOCK_API_KEY ignored: %+v", k)
 	}
 }
@@ -116,15 +110,13 @@ func TestAPIKeyIsStoredPrivately(t *testing.T) {
 // refused, from the environment or from the file.
 func TestWeakAPIKeysRefused(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("AIRLOCK_API_KEY", "e2b_from_env")
-	if _, err := APIKey(dir); err == nil || !strings.Contains(err.Error(), "AIRLOCK_API_KEY is too weak") {
+	if _, err := APIKey("e2b_from_env", dir); err == nil || !strings.Contains(err.Error(), "AIRLOCK_API_KEY is too weak") {
 		t.Errorf("a 12-character AIRLOCK_API_KEY: %v, want refused", err)
 	}
-	t.Setenv("AIRLOCK_API_KEY", "")
 	if err := os.WriteFile(filepath.Join(dir, "api-key"), []byte("hunter2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := APIKey(dir); err == nil || !strings.Contains(err.Error(), "too weak") {
+	if _, err := APIKey("", dir); err == nil || !strings.Contains(err.Error(), "too weak") {
 		t.Errorf("a weak stored key: %v, want refused", err)
 	}
 }
