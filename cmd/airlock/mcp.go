@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,13 +9,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/internal/config"
-	"github.com/airlock-sandbox/airlock/internal/mcp"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
 
 // mcpCmd serves MCP over stdin and stdout for one agent, the way MCP
@@ -43,29 +40,5 @@ func mcpCmd(args []string) error {
 	// stdout carries the protocol: the log goes to stderr, which MCP
 	// clients show as the server's log.
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	backends := newBackends(cfg.StateDir, cfg.Runsc, log)
-	mcfg, err := config.Manager(&cfg, backends.get)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	// Its sandboxes are its own: none outlives it, saved or not, and the
-	// records of a server sharing the state directory are not its.
-	mcfg.StateDir = ""
-	isolation, err := backends.get(cfg.Backend)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	if err := checkStateDir(cfg.StateDir); err != nil {
-		return err
-	}
-	if err := openStateDir(ctx, cfg.StateDir, backends, log); err != nil {
-		return err
-	}
-	m := sandbox.NewManager(mcfg, isolation, log)
-	defer m.Shutdown()
-	err = mcp.New(m, time.Duration(cfg.DefaultTimeout), log).Run(ctx, &sdk.StdioTransport{})
-	if ctx.Err() != nil || errors.Is(err, io.EOF) {
-		return nil // the client closed stdin or stopped us: a normal end
-	}
-	return err
+	return daemon.ServeMCP(ctx, cfg, &sdk.StdioTransport{}, daemon.Options{Log: log})
 }
