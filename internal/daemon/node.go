@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -62,18 +63,33 @@ func dnsName(s string) bool {
 // this daemon: it reads the daemon's load and sets its pools through the
 // daemon's API at local, with the key.
 type nodeAgent struct {
-	args     []string
-	key      string
-	log      *slog.Logger
+	args []string
+	key  string
+	log  *slog.Logger
+	// command is the cluster binary with args (clusterbin.Command);
+	// retry the wait before a registration that ended starts again.
+	command  func(args ...string) (*exec.Cmd, error)
+	retry    time.Duration
 	stopping atomic.Bool
 	current  atomic.Pointer[os.Process]
 	done     chan struct{} // closed when the supervisor has stopped
 }
 
-// join starts the node's registration and returns once the node is
-// known to the cluster; leave deregisters it and returns when that is
+// joinCluster starts the node's registration and returns once the node
+// is known to the cluster; leave deregisters it and returns when that is
 // done. A registration that dies later is started again.
 func joinCluster(n config.Node, addr net.Addr, key string, backends []string, capacity int, log *slog.Logger) (leave func(), err error) {
+	args, err := nodeArgs(n, addr, backends, capacity)
+	if err != nil {
+		return nil, err
+	}
+	a := &nodeAgent{args: args, key: key, log: log, command: clusterbin.Command, retry: 2 * time.Second, done: make(chan struct{})}
+	return a.join()
+}
+
+// nodeArgs are the registration's arguments for a node that listens at
+// addr.
+func nodeArgs(n config.Node, addr net.Addr, backends []string, capacity int) ([]string, error) {
 	tcp, _ := addr.(*net.TCPAddr)
 	if tcp == nil {
 		return nil, fmt.Errorf("cluster: cannot join from %s", addr)
@@ -99,7 +115,12 @@ func joinCluster(n config.Node, addr net.Addr, key string, backends []string, ca
 	if n.Namespace != "" {
 		args = append(args, "--namespace", n.Namespace)
 	}
-	a := &nodeAgent{args: args, key: key, log: log, done: make(chan struct{})}
+	return args, nil
+}
+
+// join starts the registration, and supervises it once the node is
+// registered.
+func (a *nodeAgent) join() (leave func(), err error) {
 	exited, err := a.start(true)
 	if err != nil {
 		return nil, err
@@ -111,11 +132,11 @@ func joinCluster(n config.Node, addr net.Addr, key string, backends []string, ca
 // start runs the registration; with waitReady, until it says that the
 // node is registered. exited yields its end.
 func (a *nodeAgent) start(waitReady bool) (exited <-chan error, err error) {
-	cmd, err := clusterbin.Command(a.args...)
+	cmd, err := a.command(a.args...)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+a.key)
+	cmd.Env = append(cmd.Environ(), "AIRLOCK_API_KEY="+a.key)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // the daemon's log
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -177,7 +198,7 @@ func (a *nodeAgent) supervise(exited <-chan error) {
 		}
 		a.log.Error("cluster registration ended; starting it again", "err", err)
 		for {
-			time.Sleep(2 * time.Second)
+			time.Sleep(a.retry)
 			if a.stopping.Load() {
 				return
 			}
