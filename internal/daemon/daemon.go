@@ -74,14 +74,15 @@ type Daemon struct {
 	ln      net.Listener
 	key     Key
 	manager *sandbox.Manager
-	service *build.Service
+	service *build.Service // template builds, over the API
 	api     *httpapi.Server
 }
 
 // New makes the daemon of cfg, in the order that keeps a bad
 // configuration from touching anything: every setting is checked, then
-// the port is taken, then the state directory opened and the parts
-// started. A *ConfigError is the configuration's fault.
+// the host's side of sandboxes' networks made, the port taken, the state
+// directory opened and the parts started. A *ConfigError is the
+// configuration's fault.
 func New(ctx context.Context, cfg config.Config, opts Options) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: opts.log()}
 	d.backends = newBackends(cfg.StateDir, cfg.Runsc, opts.Backends, d.log)
