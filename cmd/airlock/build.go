@@ -16,9 +16,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/build"
 	"github.com/airlock-sandbox/airlock/internal/config"
+	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/policy"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // buildTemplate is airlock template build: the Dockerfile's steps run in
@@ -40,9 +40,7 @@ func buildTemplate(ctx context.Context, store *image.Store, stateDir, name, file
 	if contextDir == "" {
 		contextDir = filepath.Dir(file)
 	}
-	cfg := config.Default()
-	cfg.StateDir = stateDir
-	bcfg, pol, err := config.BuildSettings(&config.Config{Builds: config.Builds{Network: netMode}})
+	bcfg, pol, err := daemon.BuildSettings(&config.Config{Builds: config.Builds{Network: netMode}})
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -67,26 +65,13 @@ func buildTemplate(ctx context.Context, store *image.Store, stateDir, name, file
 		out.log("info", "note: "+n)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	backends := newBackends(stateDir, "", log)
-	if err := openStateDir(ctx, stateDir, backends, log); err != nil {
+	host, stop, err := daemon.BuildHost(ctx, stateDir, pol.Network.Mode != policy.NetNone, log)
+	if err != nil {
 		return err
 	}
-	ns, _ := backends.get("namespaces")
-	mcfg := sandbox.Config{DefaultTTL: time.Hour, MaxTTL: time.Hour}
-	if pol.Network.Mode != policy.NetNone {
-		network, err := newNetwork(&cfg, log)
-		if err != nil {
-			return err
-		}
-		if network == nil || network.unavailable != nil {
-			return usageError{"this host cannot give the build a network: build with --net none"}
-		}
-		mcfg.Network = network
-	}
-	m := sandbox.NewManager(mcfg, ns, log)
-	defer m.Shutdown()
+	defer stop()
 	// The operator's own build: the host's network and credentials.
-	b := &build.Builder{Store: store, Files: files, Host: buildHost{m, ns}, Policy: pol, ReadyTimeout: time.Duration(bcfg.ReadyTimeout), OperatorAuth: true}
+	b := &build.Builder{Store: store, Files: files, Host: host, Policy: pol, ReadyTimeout: time.Duration(bcfg.ReadyTimeout), OperatorAuth: true}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(bcfg.Timeout))
 	defer cancel()
 	start := time.Now()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
 
 const usage = `usage: airlock <command> [flags]
@@ -67,6 +69,7 @@ func run(args []string) error {
 func exitCode(err error) int {
 	var ee exitError
 	var ue usageError
+	var ce *daemon.ConfigError
 	switch {
 	case err == nil:
 		return 0
@@ -74,6 +77,9 @@ func exitCode(err error) int {
 		return ee.code
 	case errors.As(err, &ue):
 		fmt.Fprintln(os.Stderr, "airlock:", ue.msg)
+		return 2
+	case errors.As(err, &ce):
+		fmt.Fprintln(os.Stderr, "airlock:", ce)
 		return 2
 	}
 	fmt.Fprintln(os.Stderr, "airlock:", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,13 +9,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/internal/config"
-	"github.com/airlock-sandbox/airlock/internal/mcp"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
 
 // mcpCmd serves MCP over stdin and stdout for one agent, the way MCP
@@ -26,54 +23,22 @@ func mcpCmd(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	signal.Ignore(syscall.SIGPIPE)
-	cfg := config.Default()
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	stateDir := fs.String("state-dir", cfg.StateDir, "state directory")
-	poolSize := fs.Int("pool-size", 1, "ready sandboxes kept per template")
-	timeout := fs.Duration("timeout", time.Hour, "time to live of a session's sandbox")
-	backendName := fs.String("backend", "namespaces", "isolation: namespaces or gvisor")
-	runscPath := fs.String("runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
+	flags := config.MCPFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	cfg.StateDir = *stateDir
-	if *timeout <= 0 {
-		return usageError{"timeout must be positive"}
-	}
-	cfg.DefaultTimeout = config.Duration(*timeout)
-	if *timeout > time.Duration(cfg.MaxTimeout) {
-		cfg.MaxTimeout = config.Duration(*timeout)
+	// No environment: its settings are the command line's.
+	cfg, err := config.Resolve(nil, flags)
+	if err != nil {
+		return usageError{err.Error()}
 	}
 	// stdout carries the protocol: the log goes to stderr, which MCP
 	// clients show as the server's log.
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	backends := newBackends(cfg.StateDir, *runscPath, log)
-	mcfg, err := config.Manager(&cfg, *poolSize, backends.get)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	// Its sandboxes are its own: none outlives it, saved or not, and the
-	// records of a server sharing the state directory are not its.
-	mcfg.StateDir = ""
-	isolation, err := backends.get(*backendName)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	if err := checkStateDir(cfg.StateDir); err != nil {
-		return err
-	}
-	if err := openStateDir(ctx, cfg.StateDir, backends, log); err != nil {
-		return err
-	}
-	m := sandbox.NewManager(mcfg, isolation, log)
-	defer m.Shutdown()
-	err = mcp.New(m, *timeout, log).Run(ctx, &sdk.StdioTransport{})
-	if ctx.Err() != nil || errors.Is(err, io.EOF) {
-		return nil // the client closed stdin or stopped us: a normal end
-	}
-	return err
+	return daemon.ServeMCP(ctx, cfg, &sdk.StdioTransport{}, daemon.Options{Log: log})
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -35,13 +36,11 @@ flags of build:
   --net internet|none     the build sandbox's network (default internet)
 `
 
-// defaultStateDir is airlock serve's, which keeps templates too.
-const defaultStateDir = "/var/lib/airlock"
-
 func stateDirFlag(fs *flag.FlagSet) *string {
 	d := os.Getenv("AIRLOCK_STATE_DIR")
 	if d == "" {
-		d = defaultStateDir
+		// airlock serve's, which keeps templates too.
+		d = config.Default().StateDir
 	}
 	return fs.String("state-dir", d, "where templates are kept")
 }

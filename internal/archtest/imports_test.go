@@ -18,17 +18,19 @@ const module = "github.com/airlock-sandbox/airlock/"
 // may import directly. A package missing here fails the test: a new
 // package takes its place in the architecture on purpose.
 //
-// The shape: edges (cmd, httpapi, mcp) → sandbox → backend → policy;
-// backends implement backend's contract and never import each other, the
-// manager or the edges; the agent, which runs inside every sandbox,
-// imports nothing daemon-side; policy, agentproto and cgroups are leaves.
+// The shape: cmd → daemon, which assembles the edges (httpapi, mcp) →
+// sandbox → backend → policy; backends implement backend's contract and
+// never import each other, the manager or the edges; the agent, which
+// runs inside every sandbox, imports nothing daemon-side; policy,
+// agentproto and cgroups are leaves, and config knows only policy.
 var allowed = map[string][]string{
 	// What runs inside a sandbox, apart from the daemon's packages.
 	"cmd/airlock-sandbox": {"internal/agent", "internal/agentproto", "internal/backend/namespaces/nsinit"},
-	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
-		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
-		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console",
-		"internal/clusterbin", "internal/sandboxid", "internal/apikey", "internal/httpserve"},
+	// The commands: airlock serve and airlock mcp are the daemon's; run
+	// and template use backends and the image store directly.
+	"cmd/airlock": {"internal/daemon", "internal/config", "internal/apikey", "internal/clusterbin",
+		"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces", "internal/layout",
+		"internal/netpolicy", "internal/policy", "internal/image", "internal/build"},
 	// A cluster on Kubernetes: the only binary that links client-go.
 	"cmd/airlock-cluster": {"internal/cluster", "internal/console", "internal/apikey", "internal/httpserve"},
 	"tests/netlab":        {"internal/nettest"},
@@ -76,7 +78,15 @@ var allowed = map[string][]string{
 	"internal/image/imagetest": {},
 
 	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto"},
-	"internal/config":  {"internal/apikey", "internal/policy", "internal/sandbox", "internal/agentproto", "internal/netpolicy", "internal/image", "internal/build"},
+	// The daemon's settings and their precedence: what they become is
+	// the daemon package's business.
+	"internal/config": {"internal/policy"},
+	// The daemon assembled from its config: the one package that knows
+	// every part, and that only the command imports.
+	"internal/daemon": {"internal/config", "internal/apikey", "internal/backend", "internal/backend/gvisor",
+		"internal/backend/namespaces", "internal/cgroups", "internal/sandbox", "internal/sandboxid", "internal/policy",
+		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/httpapi",
+		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin"},
 	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.
@@ -88,8 +98,8 @@ var allowed = map[string][]string{
 
 // stdlibOnly are packages that import nothing outside the standard
 // library: the contract with the agent, which runs inside every sandbox,
-// and the policy, which parses outside input.
-var stdlibOnly = []string{"internal/agentproto", "internal/policy"}
+// the policy, which parses outside input, and the configuration.
+var stdlibOnly = []string{"internal/agentproto", "internal/policy", "internal/config"}
 
 // TestImports checks every package's direct imports against allowed.
 func TestImports(t *testing.T) {

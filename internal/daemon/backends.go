@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// backends makes each backend once, when first asked for, with its state
+// below the daemon's state directory; or holds the ones Options gave.
+type backends struct {
+	// names are the backends there are; the first is the default.
+	names []string
+	make  func(name string) (sandbox.Backend, error)
+	// host: the host's own backends (namespaces, gVisor), which need root
+	// and whose dead sandboxes' cgroups are the daemon's to sweep.
+	host bool
+	m    map[string]sandbox.Backend // made so far
+}
+
+func newBackends(stateDir, runsc string, given map[string]sandbox.Backend, log *slog.Logger) *backends {
+	if given != nil {
+		return &backends{names: slices.Sorted(maps.Keys(given)), m: map[string]sandbox.Backend{},
+			make: func(name string) (sandbox.Backend, error) { return given[name], nil }}
+	}
+	bs := &backends{names: []string{"namespaces", "gvisor"}, host: true, m: map[string]sandbox.Backend{}}
+	bs.make = func(name string) (sandbox.Backend, error) {
+		if name == "namespaces" {
+			return namespaces.New(filepath.Join(stateDir, "run"), log), nil
+		}
+		// gvisor needs runsc, found from the configured path,
+		// $AIRLOCK_RUNSC or PATH.
+		path, err := gvisor.FindRunsc(runsc)
+		if err != nil {
+			return nil, err
+		}
+		return gvisor.New(path, filepath.Join(stateDir, "gvisor"), log), nil
+	}
+	return bs
+}
+
+// get returns the backend called name ("" is the default, namespaces).
+func (bs *backends) get(name string) (sandbox.Backend, error) {
+	if name == "" {
+		name = bs.names[0]
+	}
+	if b, ok := bs.m[name]; ok {
+		return b, nil
+	}
+	if !slices.Contains(bs.names, name) {
+		return nil, fmt.Errorf("unknown backend %q (%s)", name, strings.Join(bs.names, " or "))
+	}
+	b, err := bs.make(name)
+	if err != nil {
+		return nil, err
+	}
+	bs.m[name] = b
+	return b, nil
+}
+
+// sweep removes the cgroups that sandboxes of dead processes left, older
+// than any sandbox takes between making its cgroup and starting.
+func (bs *backends) sweep() {
+	if bs.host {
+		cgroups.SweepOrphans(2 * backend.SetupTimeout)
+	}
+}
+
+// checkStateDir refuses, before anything is started, what would make the
+// state directory unusable.
+func (bs *backends) checkStateDir(dir string) error {
+	if bs.host && os.Geteuid() != 0 {
+		return configError(namespaces.ErrNotRoot)
+	}
+	if !filepath.IsAbs(dir) {
+		return configErrorf("state directory %q is not an absolute path", dir)
+	}
+	return nil
+}
+
+// openStateDir makes the state directory and removes what processes that
+// died left in it (with runsc, their gVisor sandboxes too). Several
+// daemons and airlock mcp processes may share it: cleanup touches only
+// sandboxes whose owner is gone.
+func openStateDir(ctx context.Context, dir string, backends *backends, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	// It holds the API key, sandboxes' tokens and saved memory: one that
+	// another user owns is refused; one that others may enter (mkdir's
+	// 0755) is closed to them before anything is written in it.
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("state directory %s must be owned by the user airlock runs as", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		log.Warn("the state directory was open to others: made 0700", "dir", dir, "was", fmt.Sprintf("%04o", perm))
+	}
+	// Namespaces sandboxes need nothing but root to clean up after, so
+	// that is done whichever backend this process uses.
+	if _, err := backends.get(""); err != nil {
+		return err
+	}
+	for _, b := range backends.m {
+		if err := b.Cleanup(ctx); err != nil {
+			log.Warn("cleanup of an earlier run", "backend", b.Name(), "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/airlock-sandbox/airlock/internal/config"
+	"github.com/airlock-sandbox/airlock/internal/netpolicy"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// networkHost returns the network configuration of cfg.
+func networkHost(cfg *config.Config) (netpolicy.Config, error) {
+	n := netpolicy.Config{Upstream: cfg.Network.DNS, LocalZones: cfg.Network.LocalZones,
+		Limits: netpolicy.Limits{Connections: cfg.Network.Connections, Bandwidth: int64(cfg.Network.Bandwidth)}}
+	if cfg.Network.Subnet != "" {
+		p, err := netip.ParsePrefix(cfg.Network.Subnet)
+		if err != nil {
+			return n, fmt.Errorf("network.subnet %q is not a CIDR prefix", cfg.Network.Subnet)
+		}
+		n.Subnet = p
+	}
+	if n.Limits.Connections < 0 || n.Limits.Bandwidth < 0 {
+		return n, errors.New("network.connections and network.bandwidth must not be negative")
+	}
+	for _, r := range []struct {
+		field, s string
+		to       *netpolicy.Rate
+	}{{"dnsRate", cfg.Network.DNSRate, &n.Limits.DNSRate}, {"connectionRate", cfg.Network.ConnectionRate, &n.Limits.ConnectionRate}} {
+		if r.s == "" {
+			continue
+		}
+		rate, err := netpolicy.ParseRate(r.s)
+		if err != nil {
+			return n, fmt.Errorf("network.%s: %v", r.field, err)
+		}
+		*r.to = rate
+	}
+	return n, nil
+}
+
+// newNetwork makes the host side of sandboxes' networks and removes what
+// a dead daemon's sandboxes left of theirs; nil when the configuration
+// disables networks.
+func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
+	if cfg.Network.Disabled {
+		return nil, nil
+	}
+	ncfg, err := networkHost(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h, err := netpolicy.NewHost(ncfg, log)
+	if errors.Is(err, netpolicy.ErrUnavailable) {
+		// The rest of the server works; requests for a network are told
+		// why there is none.
+		log.Warn("sandboxes cannot have networks on this host", "err", err)
+		return &hostNetwork{unavailable: err}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Cleanup(); err != nil {
+		log.Warn("cleanup of earlier sandbox networks", "err", err)
+	}
+	return &hostNetwork{h: h}, nil
+}
+
+// hostNetwork is a netpolicy.Host as the manager sees it, or why the
+// host has none.
+type hostNetwork struct {
+	h           *netpolicy.Host
+	unavailable error
+}
+
+func (n *hostNetwork) Attach(ctx context.Context, id string, pol policy.Network) (sandbox.NetAttachment, error) {
+	if n.unavailable != nil {
+		return nil, fmt.Errorf("%w: this host cannot give sandboxes a network (the server log says why): create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut", sandbox.ErrInvalid)
+	}
+	a, err := n.h.Attach(ctx, id, pol)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
