@@ -120,7 +120,7 @@ func TestDocsCheckFindsBadNames(t *testing.T) {
 		{"README.md", "`--pool-size`, `--state-dir`, `-f`, `---`, `-1`, `airlock run ---x -1`"},
 		{"docs/x.md", "[up](../README.md), [security](../SECURITY.md#threat-model), ![shot](console-playground.png)"},
 		{"README.md", "## The two `make` commands\n\n[them](#the-two-make-commands)"},
-		{"README.md", "`TestImports`, `FuzzParseRule`, `policy.Network.OpenInternet`, `config.TokenKey`, `console.log`"},
+		{"README.md", "`TestImports`, `FuzzParseRule`, `policy.Network.OpenInternet`, `config.Resolve`, `console.log`"},
 		{"README.md", "`builds.privateRegistries`, `templates.<name>.poolSize`, `network.allowOut`, `/usr/local/bin/sudo`, `<state-dir>/api-key`"},
 		{"README.md", configMarker + "\n```json\n{\"templates\": {\"base\": {\"memory\": \"512M\"}}, \"network\": {\"dnsRate\": \"1/s\"}}\n```"},
 	}
