@@ -38,10 +38,13 @@ func TestHostFullRefusesNewBoxesOnly(t *testing.T) {
 	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base"}); !errors.Is(err, ErrHostFull) {
 		t.Fatalf("a new box on a full host: %v, want ErrHostFull", err)
 	}
-	time.Sleep(1200 * time.Millisecond) // past a refill tick
+	// Two ticks: the second is received once the filler has done what
+	// the first asked of it.
+	clockOf(m).Advance(2 * time.Second)
 	if n := b.Starts(); n != 1 {
 		t.Errorf("%d boxes started, want 1: the pool refilled a full host", n)
 	}
 	full.Store(false)
+	clockOf(m).Advance(time.Second)
 	eventually(t, "the pool refills once the host has room", func() bool { return pooled(m) == 1 })
 }

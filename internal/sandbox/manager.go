@@ -117,6 +117,8 @@ type Config struct {
 	// hostroom.go's, of its tasks and memory); none is started, for a
 	// create or a pool, while it has not.
 	HostRoom func() error
+	// Clock is the manager's time (nil: the wall clock).
+	Clock Clock
 }
 
 // TemplateSource finds templates by name; an unknown one is
@@ -166,9 +168,11 @@ type Sandbox struct {
 	transport *http.Transport
 	ports     *http.Transport // to the sandbox's own servers, through the agent
 
+	clock Clock
+
 	mu    sync.Mutex
 	endAt time.Time
-	timer *time.Timer
+	timer Timer
 	// The CPU time used at the last Usage call (or the claim) and when:
 	// the next call's CPU share is over the time between. The history's
 	// sampler keeps a mark of its own, so that neither shortens the
@@ -268,7 +272,7 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 	if !s.Paused() { // a paused agent answers nothing
 		u.Disk = s.diskUsage(ctx)
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	s.mu.Lock()
 	if dt := now.Sub(mark.at); dt > 0 && s.CPUs > 0 {
 		u.CPUPercent = min(max(100*float64(bu.CPU-mark.cpu)/float64(dt)/s.CPUs, 0), 100)
@@ -318,6 +322,7 @@ type Manager struct {
 	backend Backend
 	log     *slog.Logger
 	metrics *Metrics
+	clock   Clock
 
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
@@ -343,7 +348,10 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	m := &Manager{
 		cfg: cfg, backend: backend, log: log, metrics: newMetrics(),
 		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{}, poolSizes: map[string]int{}, warm: map[string]*warmSnap{}, private: map[*Private]struct{}{},
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, clock: cfg.Clock,
+	}
+	if m.clock == nil {
+		m.clock = realClock{}
 	}
 	if len(m.cfg.TokenKey) == 0 {
 		m.cfg.TokenKey = newTokenKey()
@@ -364,6 +372,9 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	m.loadSaved()
 	return m
 }
+
+// since is how long ago t was, on the manager's clock.
+func (m *Manager) since(t time.Time) time.Duration { return m.clock.Now().Sub(t) }
 
 // Metrics returns the manager's counters.
 func (m *Manager) Metrics() *Metrics { return m.metrics }
@@ -453,7 +464,7 @@ func (l Limits) apply(t policy.Policy) (policy.Policy, bool, error) {
 // Create hands out a sandbox of the requested template: a warm one from
 // the pool when there is one, else one started now.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	start := time.Now()
+	start := m.clock.Now()
 	// A configured template has a pool; one of the image store is
 	// started for the request.
 	var tmpl *Template
@@ -594,7 +605,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		AccessToken:    m.token(accessToken, id),
 		TrafficToken:   m.token(trafficToken, id),
 		Metadata:       req.Metadata,
-		StartedAt:      time.Now().UTC(),
+		StartedAt:      m.clock.Now().UTC(),
 		CPUs:           pol.CPUs,
 		MemoryMB:       pol.MemoryBytes >> 20,
 		DiskMB:         pol.WritableBytes() >> 20, // what its file systems hold, not the limit asked
@@ -602,8 +613,9 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		pol:            pol,
 		be:             be,
 		ended:          make(chan struct{}),
-		apiMark:        cpuMark{usage.CPU, time.Now()},
-		sampleMark:     cpuMark{usage.CPU, time.Now()},
+		clock:          m.clock,
+		apiMark:        cpuMark{usage.CPU, m.clock.Now()},
+		sampleMark:     cpuMark{usage.CPU, m.clock.Now()},
 		autoPause:      req.AutoPause,
 		autoPauseFiles: req.AutoPauseFiles,
 		env:            req.EnvVars,
@@ -634,13 +646,13 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	m.starting--
 	registered = true
 	m.mu.Unlock()
-	sb.endAt = time.Now().Add(ttl)
-	sb.timer = time.AfterFunc(ttl, func() { m.expire(sb) })
+	sb.endAt = m.clock.Now().Add(ttl)
+	sb.timer = m.clock.AfterFunc(ttl, func() { m.expire(sb) })
 	sb.mu.Unlock()
 	m.watch(sb, inst)
-	m.metrics.observeCreate(time.Since(start), pooled)
+	m.metrics.observeCreate(m.since(start), pooled)
 	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,
-		"ms", float64(time.Since(start).Microseconds())/1000)
+		"ms", float64(m.since(start).Microseconds())/1000)
 	return sb, nil
 }
 
@@ -792,7 +804,7 @@ func (m *Manager) SetTTL(id string, d time.Duration) error {
 		if sb.paused {
 			return fmt.Errorf("%w: sandbox %s is paused: connect to resume it", ErrConflict, id)
 		}
-		sb.endAt = time.Now().Add(d)
+		sb.endAt = m.clock.Now().Add(d)
 		sb.timer.Reset(d)
 		return nil
 	})
@@ -862,7 +874,7 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error
 	// passed (without a bound, when killed).
 	sb.timer.Stop()
 	if max := m.cfg.MaxTTL; max > 0 {
-		sb.endAt = time.Now().Add(max)
+		sb.endAt = m.clock.Now().Add(max)
 		sb.timer.Reset(max)
 	}
 	sb.paused = true
@@ -901,7 +913,7 @@ func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error 
 			return fmt.Errorf("resume sandbox %s: %w", id, err)
 		}
 		sb.paused = false
-		sb.endAt = time.Now().Add(d)
+		sb.endAt = m.clock.Now().Add(d)
 		sb.timer.Reset(d)
 		m.log.Info("sandbox resumed", "sandbox", id)
 		return nil
@@ -925,7 +937,7 @@ func (m *Manager) expire(sb *Sandbox) {
 	auto := sb.autoPause && !sb.paused
 	// A timer that fired just before a pause, a resume or a new time to
 	// live is stale.
-	stale := time.Now().Before(sb.endAt)
+	stale := m.clock.Now().Before(sb.endAt)
 	sb.mu.Unlock()
 	if stale {
 		return

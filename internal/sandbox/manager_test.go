@@ -18,7 +18,8 @@ import (
 
 // newManager returns a manager on a fake backend with one template,
 // "base", whose pool holds poolSize; a zero DefaultTTL in cfg is a minute,
-// a zero MaxTTL an hour. The manager is shut down when the test ends.
+// a zero MaxTTL an hour, and its clock is a fake one (clockOf) unless cfg
+// has one. The manager is shut down when the test ends.
 func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Backend)) (*Manager, *fake.Backend) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -31,6 +32,9 @@ func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Back
 	}
 	if cfg.MaxTTL == 0 {
 		cfg.MaxTTL = time.Hour
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = newFakeClock()
 	}
 	cfg.Templates = append(cfg.Templates, Template{Name: "base", Policy: policy.Default(), PoolSize: poolSize})
 	m := NewManager(cfg, b, log)
@@ -55,6 +59,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// clockOf is m's fake clock.
+func clockOf(m *Manager) *fakeClock { return m.clock.(*fakeClock) }
 
 func pooled(m *Manager) int {
 	_, p := m.Counts()
@@ -275,17 +282,23 @@ func TestMaxSandboxesUnderConcurrentCreates(t *testing.T) {
 func TestTTLExpiryKills(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
 	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond})
-	eventually(t, "the sandbox expired", gone(m, sb.ID))
-	inst := instance(sb)
-	<-inst.Done()
-	if !inst.Killed() {
-		t.Error("the expired sandbox's instance was not killed")
+	clockOf(m).Advance(19 * time.Millisecond)
+	if _, err := m.Get(sb.ID); err != nil {
+		t.Fatalf("before the end of its time to live: %v", err)
 	}
-	eventually(t, "the expired sandbox was removed", inst.Waited)
+	clockOf(m).Advance(time.Millisecond)
+	if !gone(m, sb.ID)() {
+		t.Fatal("the sandbox outlived its time to live")
+	}
+	inst := instance(sb)
+	if !inst.Killed() || !inst.Waited() {
+		t.Errorf("the expired sandbox's instance killed %v, removed %v; want both", inst.Killed(), inst.Waited())
+	}
 }
 
 func TestSetTTL(t *testing.T) {
 	m, _ := newManager(t, Config{MaxTTL: time.Hour}, 0)
+	clock := clockOf(m)
 
 	t.Run("extends", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
@@ -293,10 +306,10 @@ func TestSetTTL(t *testing.T) {
 		if err := m.SetTTL(sb.ID, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if !sb.EndAt().After(end) {
-			t.Errorf("EndAt %v, not after the first %v", sb.EndAt(), end)
+		if got, want := sb.EndAt(), clock.Now().Add(time.Hour); !got.Equal(want) || !got.After(end) {
+			t.Errorf("EndAt %v, want %v, after the first %v", got, want, end)
 		}
-		time.Sleep(time.Until(end) + 100*time.Millisecond)
+		clock.Advance(400 * time.Millisecond)
 		if _, err := m.Get(sb.ID); err != nil {
 			t.Errorf("past its first end: %v", err)
 		}
@@ -306,7 +319,10 @@ func TestSetTTL(t *testing.T) {
 		if err := m.SetTTL(sb.ID, 10*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the sandbox expired", gone(m, sb.ID))
+		clock.Advance(10 * time.Millisecond)
+		if !gone(m, sb.ID)() {
+			t.Error("the sandbox outlived its shortened time to live")
+		}
 	})
 	t.Run("bounds", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{})
@@ -321,15 +337,19 @@ func TestSetTTL(t *testing.T) {
 
 func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
+	clock := clockOf(m)
 	sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
-	end := sb.EndAt()
 	if err := m.Pause(t.Context(), sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	if !sb.Paused() || !instance(sb).Paused() {
 		t.Fatalf("after Pause: sandbox paused %v, instance paused %v", sb.Paused(), instance(sb).Paused())
 	}
-	time.Sleep(time.Until(end) + 100*time.Millisecond)
+	// Paused, it ends at the server's longest time to live (an hour).
+	if got, want := sb.EndAt(), clock.Now().Add(time.Hour); !got.Equal(want) {
+		t.Errorf("paused: EndAt %v, want %v", got, want)
+	}
+	clock.Advance(400 * time.Millisecond)
 	if _, err := m.Get(sb.ID); err != nil {
 		t.Fatalf("paused sandbox past its time to live: %v", err)
 	}
@@ -342,7 +362,10 @@ func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 	if sb.Paused() || instance(sb).Paused() {
 		t.Error("still paused after Resume")
 	}
-	eventually(t, "the resumed sandbox expired", gone(m, sb.ID))
+	clock.Advance(20 * time.Millisecond)
+	if !gone(m, sb.ID)() {
+		t.Error("the resumed sandbox outlived the time to live its resume gave it")
+	}
 }
 
 func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
@@ -350,7 +373,14 @@ func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
 	// too late), then killed when the longest has passed.
 	m, _ := newManager(t, Config{DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
 	sb := create(t, m, CreateRequest{AutoPause: true})
-	eventually(t, "the paused sandbox ended at the longest time to live", gone(m, sb.ID))
+	clockOf(m).Advance(20 * time.Millisecond)
+	if !sb.Paused() || gone(m, sb.ID)() {
+		t.Fatalf("at the end of its time to live: paused %v, gone %v; want paused", sb.Paused(), gone(m, sb.ID)())
+	}
+	clockOf(m).Advance(20 * time.Millisecond)
+	if !gone(m, sb.ID)() {
+		t.Fatal("the paused sandbox outlived the longest time to live")
+	}
 	if inst := instance(sb); !inst.Paused() || !inst.Killed() {
 		t.Errorf("instance paused %v killed %v, want killed while paused", inst.Paused(), inst.Killed())
 	}
@@ -359,7 +389,10 @@ func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
 func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
 	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond, AutoPause: true})
-	eventually(t, "the sandbox paused itself", sb.Paused)
+	clockOf(m).Advance(20 * time.Millisecond)
+	if !sb.Paused() {
+		t.Fatal("not paused at the end of its time to live")
+	}
 	if _, err := m.Get(sb.ID); err != nil {
 		t.Fatalf("auto-paused sandbox: %v", err)
 	}
@@ -371,6 +404,20 @@ func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
 	}
 	if sb.Paused() {
 		t.Error("still paused after Resume")
+	}
+}
+
+// A timer that fires after a new time to live was set is stale: the
+// sandbox lives on (a timer may fire while SetTTL waits for the lock).
+func TestStaleTimerIsIgnored(t *testing.T) {
+	m, _ := newManager(t, Config{}, 0)
+	sb := create(t, m, CreateRequest{TTL: time.Minute})
+	sb.mu.Lock()
+	sb.endAt = m.clock.Now().Add(time.Hour) // as a SetTTL that came between
+	sb.mu.Unlock()
+	m.expire(sb)
+	if _, err := m.Get(sb.ID); err != nil {
+		t.Fatalf("a stale timer ended the sandbox: %v", err)
 	}
 }
 
@@ -554,11 +601,19 @@ func TestUsage(t *testing.T) {
 	// An hour of CPU since the last call is more than one CPU can do: the
 	// share is capped at 100%.
 	instance(sb).SetUsage(backend.Usage{Memory: 10 << 20, CPU: time.Hour})
+	clockOf(m).Advance(time.Second)
 	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 100 {
 		t.Errorf("CPUPercent = %g, want 100", u.CPUPercent)
 	}
+	clockOf(m).Advance(time.Second)
 	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 0 {
 		t.Errorf("CPUPercent = %g with no CPU used since the last call, want 0", u.CPUPercent)
+	}
+	// Half a CPU's second in a second, of a sandbox of one CPU: 50%.
+	instance(sb).SetUsage(backend.Usage{Memory: 10 << 20, CPU: time.Hour + 500*time.Millisecond})
+	clockOf(m).Advance(time.Second)
+	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 50 {
+		t.Errorf("CPUPercent = %g, want 50", u.CPUPercent)
 	}
 }
 

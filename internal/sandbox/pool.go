@@ -78,7 +78,7 @@ func (p *pool) fill() {
 		// creates are clones.
 		p.m.warmSnapshot(&p.tmpl, true)
 	}
-	tick := time.NewTicker(time.Second)
+	tick := p.m.clock.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		if p.dynamic && !p.current() {
@@ -101,7 +101,7 @@ func (p *pool) fill() {
 		case <-p.ctx.Done():
 			return
 		case <-p.refill:
-		case <-tick.C:
+		case <-tick.C():
 			p.prune()
 		}
 	}

@@ -55,7 +55,7 @@ func (m *Manager) canSave(sb *Sandbox) bool {
 
 // save saves sb to disk; sb.mu is held. On error sb runs on.
 func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
-	start := time.Now()
+	start := m.clock.Now()
 	if err := m.quiesce(ctx, sb); err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 	// longer sb's.
 	sb.inst, sb.saved = nil, name
 	m.saved.Add(1)
-	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
 
@@ -167,7 +167,7 @@ func (e *UnrestorableError) Public() string {
 
 // restore brings sb back from disk; sb.mu is held.
 func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
-	start := time.Now()
+	start := m.clock.Now()
 	if sb.saved == savedFiles {
 		inst, err := m.restoreFiles(ctx, sb)
 		if err != nil {
@@ -195,7 +195,7 @@ func (m *Manager) restored(sb *Sandbox, inst Instance, start time.Time) error {
 	m.saved.Add(-1)
 	m.watch(sb, inst)
 	m.removeRecord(sb.ID)
-	m.log.Info("sandbox restored from disk", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox restored from disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
 
@@ -293,7 +293,7 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	sb := &Sandbox{
 		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
 		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
-		AutoResume: rec.AutoResume, Ingress: rec.Ingress, pol: rec.Policy, be: be, ended: make(chan struct{}),
+		AutoResume: rec.AutoResume, Ingress: rec.Ingress, pol: rec.Policy, be: be, ended: make(chan struct{}), clock: m.clock,
 		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, paused: true, saved: rec.Saved, endAt: rec.EndAt,
 		env: rec.Env,
 	}
@@ -308,7 +308,7 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	// Its timer ends it at endAt; without one (no maxTimeout) it waits,
 	// stopped, for the time to live a resume gives it.
 	sb.mu.Lock()
-	sb.timer = time.AfterFunc(max(time.Until(sb.endAt), 0), func() { m.expire(sb) })
+	sb.timer = m.clock.AfterFunc(max(sb.endAt.Sub(m.clock.Now()), 0), func() { m.expire(sb) })
 	if sb.endAt.IsZero() {
 		sb.timer.Stop()
 	}

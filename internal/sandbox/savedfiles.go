@@ -56,7 +56,7 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := m.clock.Now()
 	if err := os.MkdirAll(m.savedDir(), 0o700); err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 	}
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
-	m.log.Info("sandbox's files saved", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox's files saved", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
 

@@ -59,7 +59,7 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 	if !ok {
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s cannot be snapshotted", ErrInvalid, id)
 	}
-	start := time.Now()
+	start := m.clock.Now()
 	// Not cut short by a client that goes away: the agent must be told
 	// to listen again, which Snapshot does however it ends.
 	ctx = context.WithoutCancel(ctx)
@@ -72,7 +72,7 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 		}
 		return SnapshotOf{}, fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
-	m.log.Info("sandbox snapshotted", "sandbox", id, "ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox snapshotted", "sandbox", id, "ms", m.since(start).Milliseconds())
 	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: sb.pol, Metadata: maps.Clone(sb.Metadata)}, nil
 }
 
@@ -115,7 +115,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int, ttl time.Durat
 		wg.Go(func() {
 			r := req
 			r.Metadata = maps.Clone(of.Metadata)
-			out[i].Sandbox, out[i].Err = m.create(ctx, r, &tmpl, nil, time.Now())
+			out[i].Sandbox, out[i].Err = m.create(ctx, r, &tmpl, nil, m.clock.Now())
 		})
 	}
 	wg.Wait()
