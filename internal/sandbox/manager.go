@@ -178,15 +178,14 @@ type Sandbox struct {
 	// sampler keeps a mark of its own, so that neither shortens the
 	// other's interval.
 	apiMark, sampleMark cpuMark
-	// paused: every process stopped, no time to live running. autoPause:
-	// the end of its time to live pauses it instead of killing it
-	// (keeping only its files if autoPauseFiles). gone: being killed; it
-	// must not be paused again.
-	paused, autoPause, autoPauseFiles, gone bool
-	// saved: while paused, the backend's name for the sandbox saved to
-	// disk, its memory freed, or savedFiles (saved.go); "": paused in
-	// memory, or running.
-	saved string
+	// state is where it is in its lifecycle (state.go); only
+	// Manager.transition changes it.
+	state State
+	// autoPause: the end of its time to live pauses it instead of
+	// killing it (keeping only its files if autoPauseFiles).
+	autoPause, autoPauseFiles bool
+	// savedName: while Saved, the backend's name for it saved to disk.
+	savedName string
 	// env: the environment variables it was created with, which a new
 	// box started for it at a resume of savedFiles is given again.
 	env     map[string]string
@@ -210,12 +209,15 @@ func (s *Sandbox) OnTimeout() string {
 	return "kill"
 }
 
-// Paused reports whether s is paused.
-func (s *Sandbox) Paused() bool {
+// State is where s is in its lifecycle.
+func (s *Sandbox) State() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.paused
+	return s.state
 }
+
+// Paused reports whether s is paused, as E2B's API shows it.
+func (s *Sandbox) Paused() bool { return s.State().paused() }
 
 // EndAt is when the sandbox's time to live runs out.
 func (s *Sandbox) EndAt() time.Time {
@@ -335,6 +337,7 @@ type Manager struct {
 	starting  int            // creates past the limit check, not yet registered
 	saved     atomic.Int64   // registered sandboxes saved to disk: not running
 	creating  sync.WaitGroup // the same creates, for Shutdown to wait for
+	changes   broadcast      // a sandbox's state or a pool changed
 
 	ctx      context.Context // ends at Shutdown: stops the pool fillers
 	cancel   context.CancelFunc
@@ -642,6 +645,12 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		m.discard(inst)
 		return nil, ErrShuttingDown
 	}
+	if err := m.transition(sb, opCreate, Running); err != nil {
+		m.mu.Unlock()
+		sb.mu.Unlock()
+		m.discard(inst)
+		return nil, err
+	}
 	m.sandboxes[sb.ID] = sb
 	m.starting--
 	registered = true
@@ -801,7 +810,7 @@ func (m *Manager) List(filter map[string]string) []*Sandbox {
 // SetTTL makes the sandbox end d from now.
 func (m *Manager) SetTTL(id string, d time.Duration) error {
 	return m.withTTL(id, d, func(sb *Sandbox, d time.Duration) error {
-		if sb.paused {
+		if sb.state.paused() {
 			return fmt.Errorf("%w: sandbox %s is paused: connect to resume it", ErrConflict, id)
 		}
 		sb.endAt = m.clock.Now().Add(d)
@@ -822,7 +831,7 @@ func (m *Manager) withTTL(id string, d time.Duration, f func(*Sandbox, time.Dura
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.gone {
+	if sb.state.ended() {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return f(sb, d)
@@ -843,30 +852,35 @@ func (m *Manager) Pause(ctx context.Context, id string, keepMemory bool) error {
 func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.gone {
+	if sb.state.ended() {
 		return fmt.Errorf("%w: %s", ErrNotFound, sb.ID)
 	}
-	if sb.paused {
+	if sb.state.paused() {
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, sb.ID)
 	}
-	saved := false
+	if err := m.transition(sb, opPause, Pausing); err != nil {
+		return err
+	}
+	to := Paused
 	if !keepMemory {
 		// Not cut short by a client that goes away: the box ends in it.
 		if err := m.saveFiles(context.WithoutCancel(ctx), sb); err != nil {
+			m.transition(sb, opPause, Running)
 			return err
 		}
-		saved = true
+		to = SavedFiles
 	} else if m.canSave(sb) {
 		// Not cut short by a client that goes away mid-checkpoint.
-		err := m.save(context.WithoutCancel(ctx), sb)
-		if err != nil {
+		if err := m.save(context.WithoutCancel(ctx), sb); err != nil {
 			m.log.Warn("could not save the sandbox to disk: pausing it in memory", "sandbox", sb.ID, "err", err)
+		} else {
+			to = Saved
 		}
-		saved = err == nil
 	}
-	if !saved {
+	if to == Paused {
 		if err := sb.inst.Pause(ctx); err != nil {
 			_ = sb.inst.Resume(context.WithoutCancel(ctx)) // never half paused
+			m.transition(sb, opPause, Running)
 			return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -877,13 +891,13 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error
 		sb.endAt = m.clock.Now().Add(max)
 		sb.timer.Reset(max)
 	}
-	sb.paused = true
-	if saved {
+	m.transition(sb, opPause, to)
+	if to.saved() {
 		if err := m.writeRecord(sb); err != nil {
 			m.log.Error("saved sandbox's record: it will not outlive this daemon", "sandbox", sb.ID, "err", err)
 		}
 	}
-	m.log.Info("sandbox paused", "sandbox", sb.ID, "to disk", saved)
+	m.log.Info("sandbox paused", "sandbox", sb.ID, "to disk", to.saved())
 	return nil
 }
 
@@ -891,12 +905,11 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error
 // (0: the default). A running sandbox is left as it is.
 func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error {
 	return m.withTTL(id, d, func(sb *Sandbox, d time.Duration) error {
-		if !sb.paused {
+		from := sb.state
+		if !from.paused() {
 			return nil
 		}
-		// Not cut short by a client that goes away: a box thawed but
-		// still marked paused would refuse its traffic.
-		if sb.saved != "" {
+		if from.saved() {
 			m.mu.Lock()
 			full := m.cfg.MaxSandboxes > 0 && m.running()+m.starting >= m.cfg.MaxSandboxes
 			m.mu.Unlock()
@@ -906,13 +919,23 @@ func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error 
 			if err := m.hostRoom(); err != nil {
 				return err
 			}
-			if err := m.restore(context.WithoutCancel(ctx), sb); err != nil {
-				return err
-			}
-		} else if err := sb.inst.Resume(context.WithoutCancel(ctx)); err != nil {
-			return fmt.Errorf("resume sandbox %s: %w", id, err)
 		}
-		sb.paused = false
+		if err := m.transition(sb, opResume, Resuming); err != nil {
+			return err
+		}
+		// Not cut short by a client that goes away: a box thawed but
+		// still marked paused would refuse its traffic.
+		var err error
+		if from.saved() {
+			err = m.restore(context.WithoutCancel(ctx), sb, from)
+		} else if err = sb.inst.Resume(context.WithoutCancel(ctx)); err != nil {
+			err = fmt.Errorf("resume sandbox %s: %w", id, err)
+		}
+		if err != nil {
+			m.transition(sb, opResume, from)
+			return err
+		}
+		m.transition(sb, opResume, Running)
 		sb.endAt = m.clock.Now().Add(d)
 		sb.timer.Reset(d)
 		m.log.Info("sandbox resumed", "sandbox", id)
@@ -934,7 +957,7 @@ func (m *Manager) Kill(id string) error {
 // be (and killed if it cannot be). A paused one is killed.
 func (m *Manager) expire(sb *Sandbox) {
 	sb.mu.Lock()
-	auto := sb.autoPause && !sb.paused
+	auto := sb.autoPause && !sb.state.paused()
 	// A timer that fired just before a pause, a resume or a new time to
 	// live is stale.
 	stale := m.clock.Now().Before(sb.endAt)
@@ -969,10 +992,13 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	sb.gone = true
+	from := sb.state
+	if err := m.transition(sb, opKill, Killing); err != nil {
+		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
+	}
 	inst := sb.inst
 	if inst == nil {
-		m.forget(sb)
+		m.forget(sb, from)
 	} else if err := inst.Kill(context.Background()); err != nil {
 		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
 	}
@@ -982,6 +1008,9 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 			m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
 		}
 	}
+	sb.mu.Lock()
+	m.transition(sb, opKill, Gone)
+	sb.mu.Unlock()
 	close(sb.ended)
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()

@@ -43,6 +43,7 @@ func (p *pool) claim() (Instance, bool) {
 	for len(p.ready) > 0 {
 		inst := p.ready[0]
 		p.ready = p.ready[1:]
+		p.m.changes.notify()
 		select {
 		case <-inst.Done(): // died while waiting: discard it
 			p.m.discard(inst)
@@ -96,6 +97,7 @@ func (p *pool) fill() {
 			p.mu.Lock()
 			p.ready = append(p.ready, inst)
 			p.mu.Unlock()
+			p.m.changes.notify()
 		}
 		select {
 		case <-p.ctx.Done():
@@ -173,6 +175,9 @@ func (p *pool) trim() {
 	for _, inst := range surplus {
 		p.m.discard(inst)
 	}
+	if len(surplus) > 0 {
+		p.m.changes.notify()
+	}
 }
 
 // SetPoolSize makes the pool of template name keep size ready sandboxes
@@ -209,6 +214,7 @@ func (p *pool) prune() {
 		select {
 		case <-inst.Done():
 			p.m.discard(inst)
+			p.m.changes.notify()
 		default:
 			alive = append(alive, inst)
 		}
@@ -230,6 +236,7 @@ func (p *pool) drain() {
 	for _, inst := range ready {
 		inst.Wait()
 	}
+	p.m.changes.notify()
 }
 
 // PoolStatus is a template's pool as an operator looks at it.

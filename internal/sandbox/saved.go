@@ -66,8 +66,7 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 	}
 	// Its box has ended; the watcher (waiting for sb.mu) sees it is no
 	// longer sb's.
-	sb.inst, sb.saved = nil, name
-	m.saved.Add(1)
+	sb.inst, sb.savedName = nil, name
 	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
@@ -87,16 +86,20 @@ func (m *Manager) quiesce(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
-// writeRecord writes sb's record; sb.mu is held.
+// writeRecord writes the record of sb, Saved or SavedFiles; sb.mu is held.
 func (m *Manager) writeRecord(sb *Sandbox) error {
 	if m.cfg.StateDir == "" {
 		return nil
+	}
+	saved := sb.savedName
+	if sb.state == SavedFiles {
+		saved = savedFiles
 	}
 	rec := savedRecord{
 		ID: sb.ID, TemplateID: sb.TemplateID, ClientID: sb.ClientID, AccessToken: sb.AccessToken, TrafficToken: sb.TrafficToken,
 		Metadata: sb.Metadata, StartedAt: sb.StartedAt, CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
 		AutoPause: sb.autoPause, AutoResume: sb.AutoResume, AutoPauseFiles: sb.autoPauseFiles, Ingress: sb.Ingress, Policy: sb.pol,
-		Backend: sb.be.Name(), Saved: sb.saved, Env: sb.env,
+		Backend: sb.be.Name(), Saved: saved, Env: sb.env,
 	}
 	if m.cfg.MaxTTL > 0 {
 		rec.EndAt = sb.endAt
@@ -165,10 +168,11 @@ func (e *UnrestorableError) Public() string {
 	return fmt.Sprintf("sandbox %s could not be restored from its saved state %s; it stays paused until killed", e.ID, why)
 }
 
-// restore brings sb back from disk; sb.mu is held.
-func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
+// restore brings sb back from disk, where it was saved as from (Saved or
+// SavedFiles); sb.mu is held.
+func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 	start := m.clock.Now()
-	if sb.saved == savedFiles {
+	if from == SavedFiles {
 		inst, err := m.restoreFiles(ctx, sb)
 		if err != nil {
 			return &UnrestorableError{ID: sb.ID, Err: err}
@@ -176,7 +180,7 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
 		os.Remove(m.filesPath(sb.ID))
 		return m.restored(sb, inst, start)
 	}
-	inst, err := sb.be.(backend.Restorer).Restore(ctx, sb.saved, sb.pol)
+	inst, err := sb.be.(backend.Restorer).Restore(ctx, sb.savedName, sb.pol)
 	if err != nil {
 		return &UnrestorableError{ID: sb.ID, Err: err}
 	}
@@ -191,23 +195,22 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox) error {
 
 // restored makes inst, restored since start, sb's box; sb.mu is held.
 func (m *Manager) restored(sb *Sandbox, inst Instance, start time.Time) error {
-	sb.inst, sb.saved = inst, ""
-	m.saved.Add(-1)
+	sb.inst, sb.savedName = inst, ""
 	m.watch(sb, inst)
 	m.removeRecord(sb.ID)
 	m.log.Info("sandbox restored from disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
 
-// forget removes what is saved of sb; sb.mu is held.
-func (m *Manager) forget(sb *Sandbox) {
-	if sb.saved == savedFiles {
+// forget removes what is saved of sb, saved as from (Saved or
+// SavedFiles); sb.mu is held.
+func (m *Manager) forget(sb *Sandbox, from State) {
+	if from == SavedFiles {
 		os.Remove(m.filesPath(sb.ID))
-	} else if err := sb.be.(backend.Restorer).Forget(sb.saved); err != nil {
+	} else if err := sb.be.(backend.Restorer).Forget(sb.savedName); err != nil {
 		m.log.Error("forget saved sandbox", "sandbox", sb.ID, "err", err)
 	}
-	sb.saved = ""
-	m.saved.Add(-1)
+	sb.savedName = ""
 	m.removeRecord(sb.ID)
 }
 
@@ -239,7 +242,7 @@ func (m *Manager) loadSaved() {
 		if named[sb.be.Name()] == nil {
 			named[sb.be.Name()] = map[string]bool{}
 		}
-		named[sb.be.Name()][sb.saved] = true
+		named[sb.be.Name()][sb.savedName] = true
 	}
 	// Files of no record: a daemon that died while saving them.
 	for _, e := range entries {
@@ -294,25 +297,31 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
 		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
 		AutoResume: rec.AutoResume, Ingress: rec.Ingress, pol: rec.Policy, be: be, ended: make(chan struct{}), clock: m.clock,
-		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, paused: true, saved: rec.Saved, endAt: rec.EndAt,
+		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, endAt: rec.EndAt,
 		env: rec.Env,
+	}
+	state := SavedFiles
+	if rec.Saved != savedFiles {
+		state, sb.savedName = Saved, rec.Saved
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
 	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)
-	m.saved.Add(1)
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := m.transition(sb, opLoad, state); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
 	// Its timer ends it at endAt; without one (no maxTimeout) it waits,
 	// stopped, for the time to live a resume gives it.
-	sb.mu.Lock()
 	sb.timer = m.clock.AfterFunc(max(sb.endAt.Sub(m.clock.Now()), 0), func() { m.expire(sb) })
 	if sb.endAt.IsZero() {
 		sb.timer.Stop()
 	}
-	sb.mu.Unlock()
 	m.log.Info("saved sandbox found", "sandbox", sb.ID)
 	return sb, nil
 }

@@ -46,9 +46,9 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	switch _, cloner := sb.be.(backend.Cloner); {
-	case sb.gone:
+	case sb.state.ended():
 		return SnapshotOf{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	case sb.paused:
+	case sb.state.paused():
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s is paused: connect to it first, then snapshot or fork it", ErrConflict, id)
 	case sb.net != nil:
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s has a network, and a sandbox with a network cannot be snapshotted or forked yet", ErrInvalid, id)
@@ -59,6 +59,11 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 	if !ok {
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s cannot be snapshotted", ErrInvalid, id)
 	}
+	if err := m.transition(sb, opSnapshot, Snapshotting); err != nil {
+		return SnapshotOf{}, err
+	}
+	// However it ends, it runs on as it was.
+	defer m.transition(sb, opSnapshot, Running)
 	start := m.clock.Now()
 	// Not cut short by a client that goes away: the agent must be told
 	// to listen again, which Snapshot does however it ends.
