@@ -124,50 +124,6 @@ func (m *Manager) removeRecord(id string) {
 	}
 }
 
-// PublicError is a refusal whose message is fit for clients, with a cause
-// that is not (host paths, a backend's words): the API logs the cause and
-// answers with Err alone.
-type PublicError struct {
-	Err   error // what the client is told; wraps the kind (ErrInvalid, …)
-	Cause error
-}
-
-func (e *PublicError) Error() string { return e.Err.Error() }
-func (e *PublicError) Unwrap() error { return e.Err }
-
-// UnrestorableError is a restore that failed: its saved state is corrupt,
-// or of another version of the backend's runtime, or the host lacks
-// what it needs. The saved state stays, for another try or a kill.
-type UnrestorableError struct {
-	ID string
-	// Snapshot: ID is a snapshot's, which a sandbox was to start from,
-	// rather than a paused sandbox's.
-	Snapshot bool
-	Err      error // the backend's words: for the log, not for clients
-}
-
-func (e *UnrestorableError) Error() string {
-	if e.Snapshot {
-		return fmt.Sprintf("start from snapshot %s: %v", e.ID, e.Err)
-	}
-	return fmt.Sprintf("restore sandbox %s: %v", e.ID, e.Err)
-}
-func (e *UnrestorableError) Unwrap() []error { return []error{ErrUnrestorable, e.Err} }
-
-// Public is what a client is told: the backend's reason where it gave
-// one fit for clients (a backend.StateError).
-func (e *UnrestorableError) Public() string {
-	why := "(it may be corrupt, or saved by another version of the runtime)"
-	var se *backend.StateError
-	if errors.As(e.Err, &se) {
-		why = "(" + se.Error() + ")"
-	}
-	if e.Snapshot {
-		return fmt.Sprintf("no sandbox can start from snapshot %s %s; delete it", e.ID, why)
-	}
-	return fmt.Sprintf("sandbox %s could not be restored from its saved state %s; it stays paused until killed", e.ID, why)
-}
-
 // restore brings sb back from disk, where it was saved as from (Saved or
 // SavedFiles); sb.mu is held.
 func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {

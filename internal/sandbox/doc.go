@@ -1,0 +1,22 @@
+// Package sandbox manages the sandboxes of one Airlock host: creation
+// (claimed from warm pools), lookup, time-to-live, pause and teardown.
+//
+// Where to find what:
+//
+//   - manager.go: the Manager, its Config, NewManager and Shutdown.
+//   - sandbox.go: a Sandbox as the API sees it; errors.go: the errors
+//     the API maps to statuses.
+//   - state.go: a sandbox's lifecycle, one State and the table of the
+//     moves each operation may make.
+//   - clock.go: the manager's time, a fake one in tests.
+//   - pool.go: warm pools and their refill; hostroom.go: whether the
+//     host has room for another box.
+//   - network.go: sandboxes with a network of their own.
+//   - persistence: saved.go (pause to disk, the records that let saved
+//     sandboxes outlive the daemon), savedfiles.go (a pause that keeps
+//     only the files), snapshot.go (snapshots and fork), warm.go
+//     (templates whose sandboxes are clones of a ready one).
+//   - private.go: boxes the daemon runs for itself (template builds).
+//   - metrics.go, history.go: counters and each sandbox's samples.
+//   - tokens.go: sandboxes' access and traffic tokens.
+package sandbox
