@@ -8,7 +8,14 @@
 //     the API maps to statuses.
 //   - state.go: a sandbox's lifecycle, one State and the table of the
 //     moves each operation may make.
-//   - clock.go: the manager's time, a fake one in tests.
+//   - create.go: a create, from the request to a registered sandbox;
+//     box.go: starting, readying and discarding the backend's boxes;
+//     agent.go: reaching the agent in a box.
+//   - registry.go: ids, lookup, lists, and removal.
+//   - ttl.go: time to live; clock.go: the manager's time (a fake one in
+//     tests).
+//   - pause.go: pause and resume, which keep a sandbox in memory or
+//     hand it to persistence (below).
 //   - pool.go: warm pools and their refill; hostroom.go: whether the
 //     host has room for another box.
 //   - network.go: sandboxes with a network of their own.

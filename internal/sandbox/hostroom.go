@@ -71,3 +71,11 @@ func memAvailable() (int64, bool) {
 	}
 	return 0, false
 }
+
+// hostRoom reports whether the host has room for another box.
+func (m *Manager) hostRoom() error {
+	if m.cfg.HostRoom != nil {
+		return m.cfg.HostRoom()
+	}
+	return hostRoom()
+}
