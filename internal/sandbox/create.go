@@ -24,7 +24,7 @@ type CreateRequest struct {
 	// AutoPause: at the end of its time to live the sandbox is paused,
 	// not killed. AutoResume: traffic to it resumes it.
 	AutoPause, AutoResume bool
-	// AutoPauseFiles: that pause keeps only its files (saved.go).
+	// AutoPauseFiles: that pause keeps only its files (savedfiles.go).
 	AutoPauseFiles bool
 	// Network is what the sandbox may reach; the zero value: loopback
 	// only. A sandbox with a network is started for the request, not

@@ -19,9 +19,10 @@
 //   - pool.go: warm pools and their refill; hostroom.go: whether the
 //     host has room for another box.
 //   - network.go: sandboxes with a network of their own.
-//   - persistence: saved.go (pause to disk, the records that let saved
-//     sandboxes outlive the daemon), savedfiles.go (a pause that keeps
-//     only the files), snapshot.go (snapshots and fork), warm.go
+//   - persistence: savedisk.go (a pause to disk, and the restore),
+//     savedfiles.go (a pause that keeps only the files), saved.go (the
+//     records of saved sandboxes, found again after a restart),
+//     snapshot.go and fork.go (copies of a running sandbox), warm.go
 //     (templates whose sandboxes are clones of a ready one).
 //   - private.go: boxes the daemon runs for itself (template builds).
 //   - metrics.go, history.go: counters and each sandbox's samples.

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,14 +15,12 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// A pause saves the sandbox to disk where its backend can (a
-// backend.Checkpointer: gVisor) and it has no network: its memory,
-// processes and files go into the backend's state, the box ends and its
-// memory is freed, and a record of what the API knows of it (ids, tokens,
-// metadata, policy, time to live) goes to <StateDir>/saved/<id>.json. It
-// then counts against no limit, survives a restart of the daemon (and of
-// the host), and connect restores it. Elsewhere a pause freezes the box
-// in memory, as before.
+// A sandbox saved to disk (savedisk.go) or that kept only its files
+// (savedfiles.go) has a record of what the API knows of it (ids, tokens,
+// metadata, policy, time to live) in <StateDir>/saved/<id>.json, written
+// when it is paused and removed when it is resumed or killed. A daemon
+// that starts registers the sandboxes of those records, saved and
+// paused, as they were (loadSaved).
 
 // savedRecord is what the manager keeps of a sandbox saved to disk.
 type savedRecord struct {
@@ -45,46 +42,6 @@ type savedRecord struct {
 var recordName = lazyRegexp(`^i[0-9a-f]{19}\.json$`)
 
 func (m *Manager) savedDir() string { return filepath.Join(m.cfg.StateDir, "saved") }
-
-// canSave reports whether a pause of sb saves it to disk.
-func (m *Manager) canSave(sb *Sandbox) bool {
-	_, c := sb.inst.(backend.Checkpointer)
-	_, r := sb.be.(backend.Restorer)
-	return c && r && sb.net == nil && !m.cfg.PauseInMemory
-}
-
-// save saves sb to disk; sb.mu is held. On error sb runs on.
-func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
-	start := m.clock.Now()
-	if err := m.quiesce(ctx, sb); err != nil {
-		return err
-	}
-	inst := sb.inst
-	name, err := inst.(backend.Checkpointer).Checkpoint(ctx)
-	if err != nil {
-		return err
-	}
-	// Its box has ended; the watcher (waiting for sb.mu) sees it is no
-	// longer sb's.
-	sb.inst, sb.savedName = nil, name
-	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
-	return nil
-}
-
-// quiesce has sb's agent let go of the host's socket, which checkpoints
-// cannot keep: every connection to it ends here, as on E2B's pause. The
-// backend's Checkpoint or Snapshot tells it to listen again. sb.mu is
-// held.
-func (m *Manager) quiesce(ctx context.Context, sb *Sandbox) error {
-	// Not sb.transport: it dials through sb.instance(), which waits for
-	// sb.mu, held here.
-	if err := postAgent(ctx, sb.inst, "checkpoint", 10*time.Second); err != nil {
-		return err
-	}
-	sb.transport.CloseIdleConnections()
-	sb.ports.CloseIdleConnections()
-	return nil
-}
 
 // writeRecord writes the record of sb, Saved or SavedFiles; sb.mu is held.
 func (m *Manager) writeRecord(sb *Sandbox) error {
@@ -122,52 +79,6 @@ func (m *Manager) removeRecord(id string) {
 	if m.cfg.StateDir != "" {
 		os.Remove(filepath.Join(m.savedDir(), id+".json"))
 	}
-}
-
-// restore brings sb back from disk, where it was saved as from (Saved or
-// SavedFiles); sb.mu is held.
-func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
-	start := m.clock.Now()
-	if from == SavedFiles {
-		inst, err := m.restoreFiles(ctx, sb)
-		if err != nil {
-			return &UnrestorableError{ID: sb.ID, Err: err}
-		}
-		os.Remove(m.filesPath(sb.ID))
-		return m.restored(sb, inst, start)
-	}
-	inst, err := sb.be.(backend.Restorer).Restore(ctx, sb.savedName, sb.pol)
-	if err != nil {
-		return &UnrestorableError{ID: sb.ID, Err: err}
-	}
-	if err := warm(ctx, inst); err != nil {
-		// Its saved state stays, for another try.
-		inst.Kill(context.Background())
-		inst.Wait()
-		return &UnrestorableError{ID: sb.ID, Err: fmt.Errorf("its agent: %w", err)}
-	}
-	return m.restored(sb, inst, start)
-}
-
-// restored makes inst, restored since start, sb's box; sb.mu is held.
-func (m *Manager) restored(sb *Sandbox, inst Instance, start time.Time) error {
-	sb.inst, sb.savedName = inst, ""
-	m.watch(sb, inst)
-	m.removeRecord(sb.ID)
-	m.log.Info("sandbox restored from disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
-	return nil
-}
-
-// forget removes what is saved of sb, saved as from (Saved or
-// SavedFiles); sb.mu is held.
-func (m *Manager) forget(sb *Sandbox, from State) {
-	if from == SavedFiles {
-		os.Remove(m.filesPath(sb.ID))
-	} else if err := sb.be.(backend.Restorer).Forget(sb.savedName); err != nil {
-		m.log.Error("forget saved sandbox", "sandbox", sb.ID, "err", err)
-	}
-	sb.savedName = ""
-	m.removeRecord(sb.ID)
 }
 
 // loadSaved registers the sandboxes an earlier daemon saved, paused, and
