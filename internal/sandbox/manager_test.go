@@ -109,7 +109,7 @@ func TestPoolRefillsAfterClaim(t *testing.T) {
 
 func TestPoolNeverAboveItsSize(t *testing.T) {
 	const size = 3
-	m, b := newManager(t, Config{}, size, func(b *fake.Backend) { b.SetStartDelay(time.Millisecond) })
+	m, b := newManager(t, Config{}, size)
 	p := m.pools["base"]
 	claims := 0
 	for range 5 {
@@ -250,29 +250,49 @@ func TestMaxSandboxes(t *testing.T) {
 
 func TestMaxSandboxesUnderConcurrentCreates(t *testing.T) {
 	const limit, tries = 3, 12
-	// Slow starts keep every create in flight at once.
-	m, b := newManager(t, Config{MaxSandboxes: limit}, 0, func(b *fake.Backend) { b.SetStartDelay(20 * time.Millisecond) })
-	var wg sync.WaitGroup
+	// Starts held until every create is in flight or refused.
+	entered, release := make(chan struct{}, tries), make(chan struct{})
+	m, b := newManager(t, Config{MaxSandboxes: limit}, 0, func(b *fake.Backend) {
+		b.SetStartHook(func(ctx context.Context) error {
+			entered <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	})
 	errs := make(chan error, tries)
+	var wg sync.WaitGroup
 	for range tries {
 		wg.Go(func() {
 			_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
 			errs <- err
 		})
 	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, ErrTooMany):
-			t.Errorf("create: %v, want success or ErrTooMany", err)
+	starting, refused := 0, 0
+	for starting+refused < tries {
+		select {
+		case <-entered:
+			starting++
+		case err := <-errs:
+			if !errors.Is(err, ErrTooMany) {
+				t.Fatalf("a create ended before any start was let go: %v, want ErrTooMany", err)
+			}
+			refused++
 		}
 	}
-	if ok != limit {
-		t.Errorf("%d creates succeeded, want %d", ok, limit)
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a create let past the limit: %v", err)
+		}
+	}
+	if starting != limit || refused != tries-limit {
+		t.Errorf("%d creates started a sandbox and %d were refused, want %d and %d", starting, refused, limit, tries-limit)
 	}
 	if got := b.Starts(); got != limit {
 		t.Errorf("%d sandboxes started, want %d: refused creates start none", got, limit)
@@ -336,7 +356,7 @@ func TestSetTTL(t *testing.T) {
 }
 
 func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 	clock := clockOf(m)
 	sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
 	if err := m.Pause(t.Context(), sb.ID, true); err != nil {
@@ -371,7 +391,7 @@ func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
 	// Paused at the end of its time to live (a pause by hand could come
 	// too late), then killed when the longest has passed.
-	m, _ := newManager(t, Config{DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true, DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
 	sb := create(t, m, CreateRequest{AutoPause: true})
 	clockOf(m).Advance(20 * time.Millisecond)
 	if !sb.Paused() || gone(m, sb.ID)() {
@@ -387,7 +407,7 @@ func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
 }
 
 func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond, AutoPause: true})
 	clockOf(m).Advance(20 * time.Millisecond)
 	if !sb.Paused() {
@@ -422,7 +442,7 @@ func TestStaleTimerIsIgnored(t *testing.T) {
 }
 
 func TestPauseConflicts(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 
 	t.Run("twice", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{})
@@ -487,7 +507,7 @@ func TestPooledSandboxThatDiesIsNotHandedOut(t *testing.T) {
 }
 
 func TestShutdown(t *testing.T) {
-	m, b := newManager(t, Config{}, 2)
+	m, b := newManager(t, Config{PauseInMemory: true}, 2)
 	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
 	running := []*Sandbox{create(t, m, CreateRequest{}), create(t, m, CreateRequest{})}
 	paused := create(t, m, CreateRequest{})
@@ -522,26 +542,38 @@ func TestShutdown(t *testing.T) {
 // A create under way when Shutdown begins ends before Shutdown returns,
 // its sandbox removed: nothing may start after the manager has stopped.
 func TestShutdownWaitsForCreates(t *testing.T) {
-	m, b := newManager(t, Config{}, 0, func(b *fake.Backend) { b.SetStartDelay(50 * time.Millisecond) })
+	entered, release := make(chan struct{}), make(chan struct{})
+	m, b := newManager(t, Config{}, 0, func(b *fake.Backend) {
+		b.SetStartHook(func(context.Context) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	})
 	created := make(chan error, 1)
 	go func() {
 		_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
 		created <- err
 	}()
-	eventually(t, "the create is starting a sandbox", func() bool { return b.Starts() == 1 })
-	m.Shutdown()
-	select {
-	case err := <-created:
-		if !errors.Is(err, ErrShuttingDown) {
-			t.Errorf("create during Shutdown: %v, want ErrShuttingDown", err)
-		}
-	default:
-		t.Fatal("Shutdown returned with a create still under way")
+	<-entered
+	shut := make(chan struct{})
+	go func() { defer close(shut); m.Shutdown() }()
+	<-m.ctx.Done() // Shutdown has begun: the manager is closed
+	close(release)
+	<-shut
+	m.mu.Lock()
+	starting := m.starting
+	m.mu.Unlock()
+	if starting != 0 {
+		t.Errorf("Shutdown returned with %d creates still under way", starting)
 	}
 	for i, inst := range b.Instances() {
 		if !inst.Waited() {
 			t.Errorf("instance %d not removed when Shutdown returned", i)
 		}
+	}
+	if err := <-created; !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("create during Shutdown: %v, want ErrShuttingDown", err)
 	}
 }
 
@@ -621,7 +653,7 @@ func TestUsage(t *testing.T) {
 // then on must find its time to live set up (a nil timer crashed the
 // server when SetTTL or Pause came first).
 func TestCallsOnAJustListedSandbox(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
