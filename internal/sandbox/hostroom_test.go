@@ -32,7 +32,7 @@ func TestHostFullRefusesNewBoxesOnly(t *testing.T) {
 		}
 		return nil
 	}}, 1)
-	eventually(t, "the pool holds one", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool holds one", func() bool { return pooled(m) == 1 })
 	full.Store(true)
 	create(t, m, CreateRequest{}) // the pooled one
 	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base"}); !errors.Is(err, ErrHostFull) {
@@ -46,5 +46,5 @@ func TestHostFullRefusesNewBoxesOnly(t *testing.T) {
 	}
 	full.Store(false)
 	clockOf(m).Advance(time.Second)
-	eventually(t, "the pool refills once the host has room", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool refills once the host has room", func() bool { return pooled(m) == 1 })
 }

@@ -47,16 +47,33 @@ func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Back
 	return m, b
 }
 
-// eventually fails t unless cond becomes true within a bound far above
-// what it takes: it waits for the condition, never asserts a duration.
-func eventually(t *testing.T, what string, cond func() bool) {
+// waitFor waits until cond holds, checking it again at each change m
+// announces (a sandbox's state, what a pool holds): no sleep, no poll.
+// It fails t if nothing changes for a bound far above what anything
+// takes; it never asserts a duration.
+func waitFor(t *testing.T, m *Manager, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	for {
+		changed := m.changes.wait()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
 			t.Fatalf("gave up waiting until %s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// removed waits until inst's teardown, which may run in the background,
+// has removed it.
+func removed(t *testing.T, inst *fake.Instance) {
+	t.Helper()
+	select {
+	case <-inst.Removed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("gave up waiting for an instance's removal")
 	}
 }
 
@@ -91,7 +108,7 @@ func instance(sb *Sandbox) *fake.Instance { return sb.inst.(*fake.Instance) }
 
 func TestPoolRefillsAfterClaim(t *testing.T) {
 	m, b := newManager(t, Config{}, 2)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 2 })
 	first := b.Instances()[:2]
 
 	sb := create(t, m, CreateRequest{})
@@ -101,7 +118,7 @@ func TestPoolRefillsAfterClaim(t *testing.T) {
 	if warm := m.metrics.creates[1].Load(); warm != 1 {
 		t.Errorf("warm creates = %d, want 1", warm)
 	}
-	eventually(t, "the pool is full again", func() bool { return pooled(m) == 2 })
+	waitFor(t, m, "the pool is full again", func() bool { return pooled(m) == 2 })
 	if got := b.Starts(); got != 3 {
 		t.Errorf("starts = %d, want 3: two for the pool, one to refill it", got)
 	}
@@ -113,7 +130,7 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 	p := m.pools["base"]
 	claims := 0
 	for range 5 {
-		eventually(t, "the pool is full", func() bool {
+		waitFor(t, m, "the pool is full", func() bool {
 			p.kick() // refill requests beyond need must not overfill it
 			n := pooled(m)
 			if n > size {
@@ -124,7 +141,7 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 		create(t, m, CreateRequest{})
 		claims++
 	}
-	eventually(t, "the pool is full", func() bool { return pooled(m) == size })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == size })
 	if got, want := b.Starts(), size+claims; got != want {
 		t.Errorf("starts = %d, want %d: the pool's size and one per claim", got, want)
 	}
@@ -132,20 +149,23 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 
 func TestSetPoolSize(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
-	eventually(t, "the configured pool is full", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the configured pool is full", func() bool { return pooled(m) == 1 })
 	sizeOf := func() int {
 		pools, _ := m.Pools(t.Context())
 		return pools[0].Size
 	}
 	m.SetPoolSize("base", 3)
-	eventually(t, "the pool grows to 3", func() bool { return pooled(m) == 3 })
+	waitFor(t, m, "the pool grows to 3", func() bool { return pooled(m) == 3 })
 	if got := sizeOf(); got != 3 {
 		t.Errorf("Pools says size %d, want 3", got)
 	}
 	m.SetPoolSize("base", 0)
-	eventually(t, "the pool empties", func() bool { return pooled(m) == 0 && b.Live() == 0 })
+	waitFor(t, m, "the pool empties", func() bool { return pooled(m) == 0 })
+	for _, inst := range b.Instances() {
+		removed(t, inst)
+	}
 	m.SetPoolSize("base", -1)
-	eventually(t, "the pool is back at its configured size", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool is back at its configured size", func() bool { return pooled(m) == 1 })
 	if got := sizeOf(); got != 1 {
 		t.Errorf("Pools says size %d, want the configured 1", got)
 	}
@@ -159,7 +179,7 @@ func TestPoolMemoryBudget(t *testing.T) {
 	const each, budget = 40 << 20, 100 << 20
 	m, _ := newManager(t, Config{PoolMemoryBudget: budget}, 5, func(b *fake.Backend) { b.SetMemory(each) })
 	p := m.pools["base"]
-	eventually(t, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
+	waitFor(t, m, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
 	if got := pooled(m); got != 2 {
 		t.Errorf("pool holds %d, want 2 (%dM each in a %dM budget)", got, each>>20, budget>>20)
 	}
@@ -170,7 +190,7 @@ func TestPoolMemoryBudget(t *testing.T) {
 
 func TestCustomLimitsSkipThePool(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 1 })
 	sb := create(t, m, CreateRequest{Limits: Limits{MemoryBytes: 128 << 20}})
 	inst := instance(sb)
 	if inst == b.Instances()[0] {
@@ -483,8 +503,11 @@ func TestSandboxThatDiesLeavesTheRegistry(t *testing.T) {
 	sb := create(t, m, CreateRequest{})
 	keep := create(t, m, CreateRequest{})
 	instance(sb).Die()
-	eventually(t, "the dead sandbox left the registry", gone(m, sb.ID))
-	eventually(t, "the dead sandbox was removed", instance(sb).Waited)
+	waitFor(t, m, "the dead sandbox left the registry", gone(m, sb.ID))
+	<-sb.Done()
+	if !instance(sb).Waited() {
+		t.Error("the dead sandbox's box was not removed by the time it was done")
+	}
 	if got := m.metrics.ended.Load(); got != 1 {
 		t.Errorf("ended = %d, want 1", got)
 	}
@@ -495,7 +518,7 @@ func TestSandboxThatDiesLeavesTheRegistry(t *testing.T) {
 
 func TestPooledSandboxThatDiesIsNotHandedOut(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 1 })
 	dead := b.Instances()[0]
 	dead.Die()
 	<-dead.Done()
@@ -503,12 +526,12 @@ func TestPooledSandboxThatDiesIsNotHandedOut(t *testing.T) {
 	if instance(sb) == dead {
 		t.Fatal("a dead pooled sandbox was handed out")
 	}
-	eventually(t, "the dead pooled sandbox was removed", dead.Waited)
+	removed(t, dead)
 }
 
 func TestShutdown(t *testing.T) {
 	m, b := newManager(t, Config{PauseInMemory: true}, 2)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 2 })
 	running := []*Sandbox{create(t, m, CreateRequest{}), create(t, m, CreateRequest{})}
 	paused := create(t, m, CreateRequest{})
 	if err := m.Pause(t.Context(), paused.ID, true); err != nil {

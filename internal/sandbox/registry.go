@@ -135,13 +135,15 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 			m.log.Error("sandbox teardown", "sandbox", sb.ID, "err", err)
 		}
 	}
+	// Counted before it is seen gone: whoever waits for its end finds
+	// it in the metrics.
+	m.metrics.ended.Add(1)
 	sb.mu.Lock()
 	m.transition(sb, opKill, Gone)
 	sb.mu.Unlock()
 	close(sb.ended)
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
-	m.metrics.ended.Add(1)
 	m.log.Info("sandbox "+why, "sandbox", sb.ID)
 }
 

@@ -70,6 +70,14 @@ func TestKillEndsAndWaitRemoves(t *testing.T) {
 	if !inst.Killed() || !inst.Waited() {
 		t.Errorf("Killed %v Waited %v, want both", inst.Killed(), inst.Waited())
 	}
+	select {
+	case <-inst.Removed():
+	default:
+		t.Error("Removed is open after Wait")
+	}
+	if err := inst.Wait(); err != nil {
+		t.Errorf("a second Wait: %v", err)
+	}
 	if _, err := os.Stat(inst.Home()); !os.IsNotExist(err) {
 		t.Errorf("home still there after Wait: %v", err)
 	}

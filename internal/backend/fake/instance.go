@@ -32,7 +32,8 @@ type Instance struct {
 	netns   *os.File
 	stop    context.CancelFunc
 	done    chan struct{}
-	removed sync.Once
+	removed chan struct{} // closed when Wait returns
+	once    sync.Once
 
 	quiesce  chan struct{}      // the agent was asked to let go of its socket
 	relisten chan chan struct{} // and is told to listen again (serve.go)
@@ -118,17 +119,24 @@ func (i *Instance) Die() {
 // unless a checkpoint keeps it.
 func (i *Instance) Wait() error {
 	<-i.done
-	i.mu.Lock()
-	saved := i.saved
-	i.mu.Unlock()
-	if !saved {
-		i.removed.Do(func() { os.RemoveAll(i.dir) })
-	}
-	i.mu.Lock()
-	i.waited = true
-	i.mu.Unlock()
+	i.once.Do(func() {
+		i.mu.Lock()
+		saved := i.saved
+		i.mu.Unlock()
+		if !saved {
+			os.RemoveAll(i.dir)
+		}
+		i.mu.Lock()
+		i.waited = true
+		i.mu.Unlock()
+		close(i.removed)
+	})
 	return nil
 }
+
+// Removed is closed once Wait has returned: what a test waits on for a
+// teardown that runs in the background.
+func (i *Instance) Removed() <-chan struct{} { return i.removed }
 
 // Usage reports the usage that SetUsage (or the backend's SetMemory) set,
 // also after the instance has ended.

@@ -45,6 +45,7 @@ func (b *Backend) serve(bx *box, p policy.Policy, netns *os.File) (*Instance, er
 	i := &Instance{
 		box: bx, b: b, policy: p, netns: netns, stop: stop,
 		done:     make(chan struct{}),
+		removed:  make(chan struct{}),
 		usage:    backend.Usage{Memory: memory},
 		quiesce:  make(chan struct{}, 1),
 		relisten: make(chan chan struct{}),
