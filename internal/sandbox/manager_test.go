@@ -22,11 +22,20 @@ import (
 // has one. The manager is shut down when the test ends.
 func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Backend)) (*Manager, *fake.Backend) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b := fake.New(t.TempDir(), log)
+	b := fake.New(t.TempDir(), testLog(t))
 	for _, f := range setup {
 		f(b)
 	}
+	return managerOn(t, cfg, poolSize, b), b
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// managerOn is newManager's manager on b.
+func managerOn(t *testing.T, cfg Config, poolSize int, b *fake.Backend) *Manager {
+	t.Helper()
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = time.Minute
 	}
@@ -37,14 +46,14 @@ func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Back
 		cfg.Clock = newFakeClock()
 	}
 	cfg.Templates = append(cfg.Templates, Template{Name: "base", Policy: policy.Default(), PoolSize: poolSize})
-	m := NewManager(cfg, b, log)
+	m := NewManager(cfg, b, testLog(t))
 	t.Cleanup(func() {
 		m.Shutdown()
 		if n := b.Live(); n != 0 {
 			t.Errorf("%d instances still live after Shutdown", n)
 		}
 	})
-	return m, b
+	return m
 }
 
 // waitFor waits until cond holds, checking it again at each change m
@@ -104,7 +113,14 @@ func gone(m *Manager, id string) func() bool {
 	}
 }
 
-func instance(sb *Sandbox) *fake.Instance { return sb.inst.(*fake.Instance) }
+// instance is sb's box, which a network's wrapper may hold.
+func instance(sb *Sandbox) *fake.Instance {
+	inst := sb.instance()
+	if n, ok := inst.(netInstance); ok {
+		inst = n.Instance
+	}
+	return inst.(*fake.Instance)
+}
 
 func TestPoolRefillsAfterClaim(t *testing.T) {
 	m, b := newManager(t, Config{}, 2)
