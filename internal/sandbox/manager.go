@@ -179,7 +179,7 @@ func (m *Manager) Shutdown() {
 	m.mu.Unlock()
 	var all []*Sandbox
 	for _, sb := range registered {
-		if sb.instance() != nil { // what is saved to disk stays there
+		if !sb.State().saved() { // what is saved to disk stays there
 			all = append(all, sb)
 		}
 	}

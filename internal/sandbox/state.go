@@ -11,20 +11,23 @@ import (
 // a state it cannot leave that way fails instead of acting on it (a
 // pause of what is being killed would freeze a dying box).
 //
-//	           create                   pause
-//	Starting ─────────► Running ◄──────────────► Pausing ──► Paused | Saved | SavedFiles
-//	                     ▲  │ ▲     (it failed)                    │
-//	          snapshot   │  │ └──── Resuming ◄──── resume ──────────┘
-//	       Snapshotting ◄┘  │         (it failed: back where it was)
-//	                        ▼ kill, expire, its box died, shutdown
-//	                     Killing ──► Gone
+//	Starting ──create──► Running
+//	Starting ──load────► Saved | SavedFiles (found at a start: saved.go)
+//	Running ──pause────► Pausing ──► Paused | Saved | SavedFiles
+//	                             └─► Running (it failed)
+//	Paused | Saved | SavedFiles ──resume──► Resuming ──► Running
+//	                                                 └─► back (it failed)
+//	Running ──snapshot──► Snapshotting ──► Running
+//	Running | Paused | Saved | SavedFiles ──kill──► Killing ──► Gone
+//	  (a kill, the end of its time to live, its box's death, Shutdown)
 //
-// The states under way (Pausing, Resuming, Snapshotting, Killing) last
-// while their operation holds the sandbox's lock, so no other operation
-// ever finds a sandbox in one; they are there so that the table says
-// what each operation may do, and so that one that fails goes back by an
-// edge of its own. A box pooled but not handed out is no sandbox yet:
-// its pool keeps it (pool.go).
+// Pausing, Resuming and Snapshotting last while their operation holds
+// the sandbox's lock, so no other operation finds a sandbox in one; they
+// are there so that the table says what each operation may do, and so
+// that one that fails goes back by an edge of its own. Killing lasts
+// while the box is removed, out of the registry already; every operation
+// then finds the sandbox gone. A box pooled but not handed out is no
+// sandbox yet: its pool keeps it (pool.go).
 
 // State is where a sandbox is in its lifecycle.
 type State uint8
