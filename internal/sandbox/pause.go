@@ -7,9 +7,10 @@ import (
 )
 
 // Pause stops every process of sandbox id. A paused sandbox keeps its
-// memory and files (or, unless keepMemory, only its files: savedfiles.go) but
-// uses no CPU, and its time to live is stopped: it lasts until resumed,
-// killed, or the server's longest time to live has passed.
+// memory and files (or, unless keepMemory, only its files:
+// savedfiles.go) but uses no CPU, and its time to live is stopped: it
+// lasts until resumed, killed, or the server's longest time to live has
+// passed. Where its backend can, its memory goes to disk (savedisk.go).
 func (m *Manager) Pause(ctx context.Context, id string, keepMemory bool) error {
 	sb, err := m.Get(id)
 	if err != nil {

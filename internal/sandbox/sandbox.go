@@ -39,7 +39,7 @@ type Sandbox struct {
 	transport *http.Transport
 	ports     *http.Transport // to the sandbox's own servers, through the agent
 
-	clock Clock
+	clock Clock // the manager's, for its CPU share
 
 	mu    sync.Mutex
 	endAt time.Time
@@ -58,7 +58,7 @@ type Sandbox struct {
 	// savedName: while Saved, the backend's name for it saved to disk.
 	savedName string
 	// env: the environment variables it was created with, which a new
-	// box started for it at a resume of savedFiles is given again.
+	// box started for it at a resume from SavedFiles is given again.
 	env     map[string]string
 	history []Sample // the sampler's, oldest first
 }
