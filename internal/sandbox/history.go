@@ -45,13 +45,13 @@ func (s *Sandbox) record(sm Sample) {
 // shuts down. A paused one keeps the samples it has: it uses nothing.
 func (m *Manager) sample(interval time.Duration) {
 	defer m.wg.Done()
-	tick := time.NewTicker(interval)
+	tick := m.clock.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 		m.mu.Lock()
 		all := make([]*Sandbox, 0, len(m.sandboxes))
@@ -67,7 +67,7 @@ func (m *Manager) sample(interval time.Duration) {
 			u, err := sb.usage(ctx, &sb.sampleMark)
 			cancel()
 			if err == nil {
-				sb.record(Sample{At: time.Now().UTC(), Usage: u})
+				sb.record(Sample{At: m.clock.Now().UTC(), Usage: u})
 			}
 		}
 	}

@@ -2,15 +2,10 @@ package sandbox
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 )
-
-// ErrHostFull: starting another sandbox would leave the host too little of
-// its task space or memory. A client is answered 503 with a retry hint.
-var ErrHostFull = errors.New("the host has no room for another sandbox now")
 
 // The room a host keeps for itself. An idle sandbox holds 13 (namespaces)
 // to 37 (gVisor) host tasks: on a host whose kernel allows 32,768, some
@@ -75,4 +70,12 @@ func memAvailable() (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// hostRoom reports whether the host has room for another box.
+func (m *Manager) hostRoom() error {
+	if m.cfg.HostRoom != nil {
+		return m.cfg.HostRoom()
+	}
+	return hostRoom()
 }

@@ -32,16 +32,19 @@ func TestHostFullRefusesNewBoxesOnly(t *testing.T) {
 		}
 		return nil
 	}}, 1)
-	eventually(t, "the pool holds one", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool holds one", func() bool { return pooled(m) == 1 })
 	full.Store(true)
 	create(t, m, CreateRequest{}) // the pooled one
 	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base"}); !errors.Is(err, ErrHostFull) {
 		t.Fatalf("a new box on a full host: %v, want ErrHostFull", err)
 	}
-	time.Sleep(1200 * time.Millisecond) // past a refill tick
+	// Two ticks: the second is received once the filler has done what
+	// the first asked of it.
+	clockOf(m).Advance(2 * time.Second)
 	if n := b.Starts(); n != 1 {
 		t.Errorf("%d boxes started, want 1: the pool refilled a full host", n)
 	}
 	full.Store(false)
-	eventually(t, "the pool refills once the host has room", func() bool { return pooled(m) == 1 })
+	clockOf(m).Advance(time.Second)
+	waitFor(t, m, "the pool refills once the host has room", func() bool { return pooled(m) == 1 })
 }

@@ -18,43 +18,76 @@ import (
 
 // newManager returns a manager on a fake backend with one template,
 // "base", whose pool holds poolSize; a zero DefaultTTL in cfg is a minute,
-// a zero MaxTTL an hour. The manager is shut down when the test ends.
+// a zero MaxTTL an hour, and its clock is a fake one (clockOf) unless cfg
+// has one. The manager is shut down when the test ends.
 func newManager(t *testing.T, cfg Config, poolSize int, setup ...func(*fake.Backend)) (*Manager, *fake.Backend) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b := fake.New(t.TempDir(), log)
+	b := fake.New(t.TempDir(), testLog(t))
 	for _, f := range setup {
 		f(b)
 	}
+	return managerOn(t, cfg, poolSize, b), b
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// managerOn is newManager's manager on b.
+func managerOn(t *testing.T, cfg Config, poolSize int, b *fake.Backend) *Manager {
+	t.Helper()
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = time.Minute
 	}
 	if cfg.MaxTTL == 0 {
 		cfg.MaxTTL = time.Hour
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = newFakeClock()
+	}
 	cfg.Templates = append(cfg.Templates, Template{Name: "base", Policy: policy.Default(), PoolSize: poolSize})
-	m := NewManager(cfg, b, log)
+	m := NewManager(cfg, b, testLog(t))
 	t.Cleanup(func() {
 		m.Shutdown()
 		if n := b.Live(); n != 0 {
 			t.Errorf("%d instances still live after Shutdown", n)
 		}
 	})
-	return m, b
+	return m
 }
 
-// eventually fails t unless cond becomes true within a bound far above
-// what it takes: it waits for the condition, never asserts a duration.
-func eventually(t *testing.T, what string, cond func() bool) {
+// waitFor waits until cond holds, checking it again at each change m
+// announces (a sandbox's state, what a pool holds): no sleep, no poll.
+// It fails t if nothing changes for a bound far above what anything
+// takes; it never asserts a duration.
+func waitFor(t *testing.T, m *Manager, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	for {
+		changed := m.changes.wait()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
 			t.Fatalf("gave up waiting until %s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// removed waits until inst's teardown, which may run in the background,
+// has removed it.
+func removed(t *testing.T, inst *fake.Instance) {
+	t.Helper()
+	select {
+	case <-inst.Removed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("gave up waiting for an instance's removal")
+	}
+}
+
+// clockOf is m's fake clock.
+func clockOf(m *Manager) *fakeClock { return m.clock.(*fakeClock) }
 
 func pooled(m *Manager) int {
 	_, p := m.Counts()
@@ -80,11 +113,18 @@ func gone(m *Manager, id string) func() bool {
 	}
 }
 
-func instance(sb *Sandbox) *fake.Instance { return sb.inst.(*fake.Instance) }
+// instance is sb's box, which a network's wrapper may hold.
+func instance(sb *Sandbox) *fake.Instance {
+	inst := sb.instance()
+	if n, ok := inst.(netInstance); ok {
+		inst = n.Instance
+	}
+	return inst.(*fake.Instance)
+}
 
 func TestPoolRefillsAfterClaim(t *testing.T) {
 	m, b := newManager(t, Config{}, 2)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 2 })
 	first := b.Instances()[:2]
 
 	sb := create(t, m, CreateRequest{})
@@ -94,7 +134,7 @@ func TestPoolRefillsAfterClaim(t *testing.T) {
 	if warm := m.metrics.creates[1].Load(); warm != 1 {
 		t.Errorf("warm creates = %d, want 1", warm)
 	}
-	eventually(t, "the pool is full again", func() bool { return pooled(m) == 2 })
+	waitFor(t, m, "the pool is full again", func() bool { return pooled(m) == 2 })
 	if got := b.Starts(); got != 3 {
 		t.Errorf("starts = %d, want 3: two for the pool, one to refill it", got)
 	}
@@ -102,11 +142,11 @@ func TestPoolRefillsAfterClaim(t *testing.T) {
 
 func TestPoolNeverAboveItsSize(t *testing.T) {
 	const size = 3
-	m, b := newManager(t, Config{}, size, func(b *fake.Backend) { b.SetStartDelay(time.Millisecond) })
+	m, b := newManager(t, Config{}, size)
 	p := m.pools["base"]
 	claims := 0
 	for range 5 {
-		eventually(t, "the pool is full", func() bool {
+		waitFor(t, m, "the pool is full", func() bool {
 			p.kick() // refill requests beyond need must not overfill it
 			n := pooled(m)
 			if n > size {
@@ -117,7 +157,7 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 		create(t, m, CreateRequest{})
 		claims++
 	}
-	eventually(t, "the pool is full", func() bool { return pooled(m) == size })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == size })
 	if got, want := b.Starts(), size+claims; got != want {
 		t.Errorf("starts = %d, want %d: the pool's size and one per claim", got, want)
 	}
@@ -125,20 +165,23 @@ func TestPoolNeverAboveItsSize(t *testing.T) {
 
 func TestSetPoolSize(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
-	eventually(t, "the configured pool is full", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the configured pool is full", func() bool { return pooled(m) == 1 })
 	sizeOf := func() int {
 		pools, _ := m.Pools(t.Context())
 		return pools[0].Size
 	}
 	m.SetPoolSize("base", 3)
-	eventually(t, "the pool grows to 3", func() bool { return pooled(m) == 3 })
+	waitFor(t, m, "the pool grows to 3", func() bool { return pooled(m) == 3 })
 	if got := sizeOf(); got != 3 {
 		t.Errorf("Pools says size %d, want 3", got)
 	}
 	m.SetPoolSize("base", 0)
-	eventually(t, "the pool empties", func() bool { return pooled(m) == 0 && b.Live() == 0 })
+	waitFor(t, m, "the pool empties", func() bool { return pooled(m) == 0 })
+	for _, inst := range b.Instances() {
+		removed(t, inst)
+	}
 	m.SetPoolSize("base", -1)
-	eventually(t, "the pool is back at its configured size", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool is back at its configured size", func() bool { return pooled(m) == 1 })
 	if got := sizeOf(); got != 1 {
 		t.Errorf("Pools says size %d, want the configured 1", got)
 	}
@@ -152,7 +195,7 @@ func TestPoolMemoryBudget(t *testing.T) {
 	const each, budget = 40 << 20, 100 << 20
 	m, _ := newManager(t, Config{PoolMemoryBudget: budget}, 5, func(b *fake.Backend) { b.SetMemory(each) })
 	p := m.pools["base"]
-	eventually(t, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
+	waitFor(t, m, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
 	if got := pooled(m); got != 2 {
 		t.Errorf("pool holds %d, want 2 (%dM each in a %dM budget)", got, each>>20, budget>>20)
 	}
@@ -163,7 +206,7 @@ func TestPoolMemoryBudget(t *testing.T) {
 
 func TestCustomLimitsSkipThePool(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 1 })
 	sb := create(t, m, CreateRequest{Limits: Limits{MemoryBytes: 128 << 20}})
 	inst := instance(sb)
 	if inst == b.Instances()[0] {
@@ -243,29 +286,49 @@ func TestMaxSandboxes(t *testing.T) {
 
 func TestMaxSandboxesUnderConcurrentCreates(t *testing.T) {
 	const limit, tries = 3, 12
-	// Slow starts keep every create in flight at once.
-	m, b := newManager(t, Config{MaxSandboxes: limit}, 0, func(b *fake.Backend) { b.SetStartDelay(20 * time.Millisecond) })
-	var wg sync.WaitGroup
+	// Starts held until every create is in flight or refused.
+	entered, release := make(chan struct{}, tries), make(chan struct{})
+	m, b := newManager(t, Config{MaxSandboxes: limit}, 0, func(b *fake.Backend) {
+		b.SetStartHook(func(ctx context.Context) error {
+			entered <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	})
 	errs := make(chan error, tries)
+	var wg sync.WaitGroup
 	for range tries {
 		wg.Go(func() {
 			_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
 			errs <- err
 		})
 	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, ErrTooMany):
-			t.Errorf("create: %v, want success or ErrTooMany", err)
+	starting, refused := 0, 0
+	for starting+refused < tries {
+		select {
+		case <-entered:
+			starting++
+		case err := <-errs:
+			if !errors.Is(err, ErrTooMany) {
+				t.Fatalf("a create ended before any start was let go: %v, want ErrTooMany", err)
+			}
+			refused++
 		}
 	}
-	if ok != limit {
-		t.Errorf("%d creates succeeded, want %d", ok, limit)
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a create let past the limit: %v", err)
+		}
+	}
+	if starting != limit || refused != tries-limit {
+		t.Errorf("%d creates started a sandbox and %d were refused, want %d and %d", starting, refused, limit, tries-limit)
 	}
 	if got := b.Starts(); got != limit {
 		t.Errorf("%d sandboxes started, want %d: refused creates start none", got, limit)
@@ -275,17 +338,23 @@ func TestMaxSandboxesUnderConcurrentCreates(t *testing.T) {
 func TestTTLExpiryKills(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
 	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond})
-	eventually(t, "the sandbox expired", gone(m, sb.ID))
-	inst := instance(sb)
-	<-inst.Done()
-	if !inst.Killed() {
-		t.Error("the expired sandbox's instance was not killed")
+	clockOf(m).Advance(19 * time.Millisecond)
+	if _, err := m.Get(sb.ID); err != nil {
+		t.Fatalf("before the end of its time to live: %v", err)
 	}
-	eventually(t, "the expired sandbox was removed", inst.Waited)
+	clockOf(m).Advance(time.Millisecond)
+	if !gone(m, sb.ID)() {
+		t.Fatal("the sandbox outlived its time to live")
+	}
+	inst := instance(sb)
+	if !inst.Killed() || !inst.Waited() {
+		t.Errorf("the expired sandbox's instance killed %v, removed %v; want both", inst.Killed(), inst.Waited())
+	}
 }
 
 func TestSetTTL(t *testing.T) {
 	m, _ := newManager(t, Config{MaxTTL: time.Hour}, 0)
+	clock := clockOf(m)
 
 	t.Run("extends", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
@@ -293,10 +362,10 @@ func TestSetTTL(t *testing.T) {
 		if err := m.SetTTL(sb.ID, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if !sb.EndAt().After(end) {
-			t.Errorf("EndAt %v, not after the first %v", sb.EndAt(), end)
+		if got, want := sb.EndAt(), clock.Now().Add(time.Hour); !got.Equal(want) || !got.After(end) {
+			t.Errorf("EndAt %v, want %v, after the first %v", got, want, end)
 		}
-		time.Sleep(time.Until(end) + 100*time.Millisecond)
+		clock.Advance(400 * time.Millisecond)
 		if _, err := m.Get(sb.ID); err != nil {
 			t.Errorf("past its first end: %v", err)
 		}
@@ -306,7 +375,10 @@ func TestSetTTL(t *testing.T) {
 		if err := m.SetTTL(sb.ID, 10*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the sandbox expired", gone(m, sb.ID))
+		clock.Advance(10 * time.Millisecond)
+		if !gone(m, sb.ID)() {
+			t.Error("the sandbox outlived its shortened time to live")
+		}
 	})
 	t.Run("bounds", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{})
@@ -320,16 +392,20 @@ func TestSetTTL(t *testing.T) {
 }
 
 func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
+	clock := clockOf(m)
 	sb := create(t, m, CreateRequest{TTL: 300 * time.Millisecond})
-	end := sb.EndAt()
 	if err := m.Pause(t.Context(), sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	if !sb.Paused() || !instance(sb).Paused() {
 		t.Fatalf("after Pause: sandbox paused %v, instance paused %v", sb.Paused(), instance(sb).Paused())
 	}
-	time.Sleep(time.Until(end) + 100*time.Millisecond)
+	// Paused, it ends at the server's longest time to live (an hour).
+	if got, want := sb.EndAt(), clock.Now().Add(time.Hour); !got.Equal(want) {
+		t.Errorf("paused: EndAt %v, want %v", got, want)
+	}
+	clock.Advance(400 * time.Millisecond)
 	if _, err := m.Get(sb.ID); err != nil {
 		t.Fatalf("paused sandbox past its time to live: %v", err)
 	}
@@ -342,24 +418,37 @@ func TestPauseStopsTheTTLAndResumeRestartsIt(t *testing.T) {
 	if sb.Paused() || instance(sb).Paused() {
 		t.Error("still paused after Resume")
 	}
-	eventually(t, "the resumed sandbox expired", gone(m, sb.ID))
+	clock.Advance(20 * time.Millisecond)
+	if !gone(m, sb.ID)() {
+		t.Error("the resumed sandbox outlived the time to live its resume gave it")
+	}
 }
 
 func TestPausedSandboxEndsAtMaxTTL(t *testing.T) {
 	// Paused at the end of its time to live (a pause by hand could come
 	// too late), then killed when the longest has passed.
-	m, _ := newManager(t, Config{DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true, DefaultTTL: 20 * time.Millisecond, MaxTTL: 20 * time.Millisecond}, 0)
 	sb := create(t, m, CreateRequest{AutoPause: true})
-	eventually(t, "the paused sandbox ended at the longest time to live", gone(m, sb.ID))
+	clockOf(m).Advance(20 * time.Millisecond)
+	if !sb.Paused() || gone(m, sb.ID)() {
+		t.Fatalf("at the end of its time to live: paused %v, gone %v; want paused", sb.Paused(), gone(m, sb.ID)())
+	}
+	clockOf(m).Advance(20 * time.Millisecond)
+	if !gone(m, sb.ID)() {
+		t.Fatal("the paused sandbox outlived the longest time to live")
+	}
 	if inst := instance(sb); !inst.Paused() || !inst.Killed() {
 		t.Errorf("instance paused %v killed %v, want killed while paused", inst.Paused(), inst.Killed())
 	}
 }
 
 func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 	sb := create(t, m, CreateRequest{TTL: 20 * time.Millisecond, AutoPause: true})
-	eventually(t, "the sandbox paused itself", sb.Paused)
+	clockOf(m).Advance(20 * time.Millisecond)
+	if !sb.Paused() {
+		t.Fatal("not paused at the end of its time to live")
+	}
 	if _, err := m.Get(sb.ID); err != nil {
 		t.Fatalf("auto-paused sandbox: %v", err)
 	}
@@ -374,8 +463,22 @@ func TestAutoPauseAtTheEndOfTTL(t *testing.T) {
 	}
 }
 
-func TestPauseConflicts(t *testing.T) {
+// A timer that fires after a new time to live was set is stale: the
+// sandbox lives on (a timer may fire while SetTTL waits for the lock).
+func TestStaleTimerIsIgnored(t *testing.T) {
 	m, _ := newManager(t, Config{}, 0)
+	sb := create(t, m, CreateRequest{TTL: time.Minute})
+	sb.mu.Lock()
+	sb.endAt = m.clock.Now().Add(time.Hour) // as a SetTTL that came between
+	sb.mu.Unlock()
+	m.expire(sb)
+	if _, err := m.Get(sb.ID); err != nil {
+		t.Fatalf("a stale timer ended the sandbox: %v", err)
+	}
+}
+
+func TestPauseConflicts(t *testing.T) {
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 
 	t.Run("twice", func(t *testing.T) {
 		sb := create(t, m, CreateRequest{})
@@ -416,8 +519,11 @@ func TestSandboxThatDiesLeavesTheRegistry(t *testing.T) {
 	sb := create(t, m, CreateRequest{})
 	keep := create(t, m, CreateRequest{})
 	instance(sb).Die()
-	eventually(t, "the dead sandbox left the registry", gone(m, sb.ID))
-	eventually(t, "the dead sandbox was removed", instance(sb).Waited)
+	waitFor(t, m, "the dead sandbox left the registry", gone(m, sb.ID))
+	<-sb.Done()
+	if !instance(sb).Waited() {
+		t.Error("the dead sandbox's box was not removed by the time it was done")
+	}
 	if got := m.metrics.ended.Load(); got != 1 {
 		t.Errorf("ended = %d, want 1", got)
 	}
@@ -428,7 +534,7 @@ func TestSandboxThatDiesLeavesTheRegistry(t *testing.T) {
 
 func TestPooledSandboxThatDiesIsNotHandedOut(t *testing.T) {
 	m, b := newManager(t, Config{}, 1)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 1 })
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 1 })
 	dead := b.Instances()[0]
 	dead.Die()
 	<-dead.Done()
@@ -436,12 +542,12 @@ func TestPooledSandboxThatDiesIsNotHandedOut(t *testing.T) {
 	if instance(sb) == dead {
 		t.Fatal("a dead pooled sandbox was handed out")
 	}
-	eventually(t, "the dead pooled sandbox was removed", dead.Waited)
+	removed(t, dead)
 }
 
 func TestShutdown(t *testing.T) {
-	m, b := newManager(t, Config{}, 2)
-	eventually(t, "the pool is full", func() bool { return pooled(m) == 2 })
+	m, b := newManager(t, Config{PauseInMemory: true}, 2)
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 2 })
 	running := []*Sandbox{create(t, m, CreateRequest{}), create(t, m, CreateRequest{})}
 	paused := create(t, m, CreateRequest{})
 	if err := m.Pause(t.Context(), paused.ID, true); err != nil {
@@ -475,26 +581,38 @@ func TestShutdown(t *testing.T) {
 // A create under way when Shutdown begins ends before Shutdown returns,
 // its sandbox removed: nothing may start after the manager has stopped.
 func TestShutdownWaitsForCreates(t *testing.T) {
-	m, b := newManager(t, Config{}, 0, func(b *fake.Backend) { b.SetStartDelay(50 * time.Millisecond) })
+	entered, release := make(chan struct{}), make(chan struct{})
+	m, b := newManager(t, Config{}, 0, func(b *fake.Backend) {
+		b.SetStartHook(func(context.Context) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	})
 	created := make(chan error, 1)
 	go func() {
 		_, err := m.Create(context.Background(), CreateRequest{TemplateID: "base"})
 		created <- err
 	}()
-	eventually(t, "the create is starting a sandbox", func() bool { return b.Starts() == 1 })
-	m.Shutdown()
-	select {
-	case err := <-created:
-		if !errors.Is(err, ErrShuttingDown) {
-			t.Errorf("create during Shutdown: %v, want ErrShuttingDown", err)
-		}
-	default:
-		t.Fatal("Shutdown returned with a create still under way")
+	<-entered
+	shut := make(chan struct{})
+	go func() { defer close(shut); m.Shutdown() }()
+	<-m.ctx.Done() // Shutdown has begun: the manager is closed
+	close(release)
+	<-shut
+	m.mu.Lock()
+	starting := m.starting
+	m.mu.Unlock()
+	if starting != 0 {
+		t.Errorf("Shutdown returned with %d creates still under way", starting)
 	}
 	for i, inst := range b.Instances() {
 		if !inst.Waited() {
 			t.Errorf("instance %d not removed when Shutdown returned", i)
 		}
+	}
+	if err := <-created; !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("create during Shutdown: %v, want ErrShuttingDown", err)
 	}
 }
 
@@ -554,11 +672,19 @@ func TestUsage(t *testing.T) {
 	// An hour of CPU since the last call is more than one CPU can do: the
 	// share is capped at 100%.
 	instance(sb).SetUsage(backend.Usage{Memory: 10 << 20, CPU: time.Hour})
+	clockOf(m).Advance(time.Second)
 	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 100 {
 		t.Errorf("CPUPercent = %g, want 100", u.CPUPercent)
 	}
+	clockOf(m).Advance(time.Second)
 	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 0 {
 		t.Errorf("CPUPercent = %g with no CPU used since the last call, want 0", u.CPUPercent)
+	}
+	// Half a CPU's second in a second, of a sandbox of one CPU: 50%.
+	instance(sb).SetUsage(backend.Usage{Memory: 10 << 20, CPU: time.Hour + 500*time.Millisecond})
+	clockOf(m).Advance(time.Second)
+	if u, _ := sb.Usage(t.Context()); u.CPUPercent != 50 {
+		t.Errorf("CPUPercent = %g, want 50", u.CPUPercent)
 	}
 }
 
@@ -566,7 +692,7 @@ func TestUsage(t *testing.T) {
 // then on must find its time to live set up (a nil timer crashed the
 // server when SetTTL or Pause came first).
 func TestCallsOnAJustListedSandbox(t *testing.T) {
-	m, _ := newManager(t, Config{}, 0)
+	m, _ := newManager(t, Config{PauseInMemory: true}, 0)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/airlock-sandbox/airlock/internal/agentproto"
-	"github.com/airlock-sandbox/airlock/internal/backend"
-	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // pool keeps ready sandboxes of one template, agent up and answering, so
@@ -43,6 +38,7 @@ func (p *pool) claim() (Instance, bool) {
 	for len(p.ready) > 0 {
 		inst := p.ready[0]
 		p.ready = p.ready[1:]
+		p.m.changes.notify()
 		select {
 		case <-inst.Done(): // died while waiting: discard it
 			p.m.discard(inst)
@@ -78,7 +74,7 @@ func (p *pool) fill() {
 		// creates are clones.
 		p.m.warmSnapshot(&p.tmpl, true)
 	}
-	tick := time.NewTicker(time.Second)
+	tick := p.m.clock.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		if p.dynamic && !p.current() {
@@ -96,12 +92,13 @@ func (p *pool) fill() {
 			p.mu.Lock()
 			p.ready = append(p.ready, inst)
 			p.mu.Unlock()
+			p.m.changes.notify()
 		}
 		select {
 		case <-p.ctx.Done():
 			return
 		case <-p.refill:
-		case <-tick.C:
+		case <-tick.C():
 			p.prune()
 		}
 	}
@@ -173,6 +170,9 @@ func (p *pool) trim() {
 	for _, inst := range surplus {
 		p.m.discard(inst)
 	}
+	if len(surplus) > 0 {
+		p.m.changes.notify()
+	}
 }
 
 // SetPoolSize makes the pool of template name keep size ready sandboxes
@@ -209,6 +209,7 @@ func (p *pool) prune() {
 		select {
 		case <-inst.Done():
 			p.m.discard(inst)
+			p.m.changes.notify()
 		default:
 			alive = append(alive, inst)
 		}
@@ -230,6 +231,7 @@ func (p *pool) drain() {
 	for _, inst := range ready {
 		inst.Wait()
 	}
+	p.m.changes.notify()
 }
 
 // PoolStatus is a template's pool as an operator looks at it.
@@ -292,33 +294,6 @@ func (m *Manager) pooledMemory(q *pool) (total, largest int64) {
 	return total, largest
 }
 
-// startBox starts a box of t under pol, without a network: cloned from
-// t's snapshot if it has one.
-func startBox(ctx context.Context, be Backend, t *Template, pol policy.Policy) (Instance, error) {
-	if t.Snapshot == "" {
-		return be.Start(ctx, pol, nil)
-	}
-	c, ok := be.(backend.Cloner)
-	if !ok {
-		return nil, fmt.Errorf("%w: the %s backend cannot start a sandbox from a snapshot", backend.ErrUnsupported, be.Name())
-	}
-	return c.Clone(ctx, t.Snapshot, pol)
-}
-
-// prepare makes a started sandbox of t ready to be handed out: its agent
-// answers, and its template's start command is ready.
-func prepare(ctx context.Context, t *Template, inst Instance) error {
-	if err := warm(ctx, inst); err != nil {
-		return err
-	}
-	if t.Ready == nil {
-		return nil
-	}
-	tr := agentTransport(the(inst))
-	defer tr.CloseIdleConnections()
-	return t.Ready(ctx, &agentproto.Client{Transport: tr})
-}
-
 // current reports whether a Source's template is still the pool's, and
 // if not retires the pool.
 func (p *pool) current() bool {
@@ -365,20 +340,4 @@ func (m *Manager) sourcePool(t *Template) *pool {
 	p := m.newPool(*t, true)
 	m.pools[t.Name] = p
 	return p
-}
-
-// warm waits until the agent answers its health check, so that a claimed
-// sandbox serves its first request without paying the agent's start.
-func warm(ctx context.Context, inst Instance) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	tr := agentTransport(the(inst))
-	defer tr.CloseIdleConnections()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
 }

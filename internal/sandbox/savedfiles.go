@@ -29,7 +29,8 @@ import (
 // It is kept within the sandbox's disk limit (and a little for the tar
 // headers).
 
-// savedFiles is Sandbox.saved of a sandbox that keeps only its files.
+// savedFiles is the record's Saved of a sandbox that keeps only its
+// files (SavedFiles).
 const savedFiles = "files"
 
 func (m *Manager) filesPath(id string) string { return filepath.Join(m.savedDir(), id+".tar") }
@@ -56,7 +57,7 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := m.clock.Now()
 	if err := os.MkdirAll(m.savedDir(), 0o700); err != nil {
 		return err
 	}
@@ -72,8 +73,7 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 	// Its box ends; the watcher (waiting for sb.mu) sees it is no longer
 	// sb's.
 	inst := sb.inst
-	sb.inst, sb.saved = nil, savedFiles
-	m.saved.Add(1)
+	sb.inst = nil
 	if err := inst.Kill(ctx); err != nil {
 		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
 	}
@@ -82,7 +82,7 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 	}
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
-	m.log.Info("sandbox's files saved", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox's files saved", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
 

@@ -95,14 +95,14 @@ func (m *Manager) warmSnapshot(t *Template, start bool) *warmSnap {
 func (m *Manager) makeWarm(t Template, w *warmSnap) {
 	defer m.wg.Done()
 	defer close(w.done)
-	start := time.Now()
+	start := m.clock.Now()
 	w.dir, w.err = m.saveReady(m.ctx, &t, w.be)
 	if w.err != nil {
 		m.log.Warn("warm snapshot not made: sandboxes start afresh", "template", t.Name, "err", w.err)
 		return
 	}
 	m.metrics.warmMade.Add(1)
-	m.log.Info("warm snapshot made", "template", t.Name, "ms", time.Since(start).Milliseconds())
+	m.log.Info("warm snapshot made", "template", t.Name, "ms", m.since(start).Milliseconds())
 }
 
 // saveReady starts a sandbox of t, readies it, and saves it into a new

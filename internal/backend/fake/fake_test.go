@@ -70,6 +70,14 @@ func TestKillEndsAndWaitRemoves(t *testing.T) {
 	if !inst.Killed() || !inst.Waited() {
 		t.Errorf("Killed %v Waited %v, want both", inst.Killed(), inst.Waited())
 	}
+	select {
+	case <-inst.Removed():
+	default:
+		t.Error("Removed is open after Wait")
+	}
+	if err := inst.Wait(); err != nil {
+		t.Errorf("a second Wait: %v", err)
+	}
 	if _, err := os.Stat(inst.Home()); !os.IsNotExist(err) {
 		t.Errorf("home still there after Wait: %v", err)
 	}
@@ -141,16 +149,28 @@ func TestStartHooks(t *testing.T) {
 		t.Errorf("Start with an injected error: %v", err)
 	}
 	b.SetStartError(nil)
-	b.SetStartDelay(time.Hour)
+	// A hook holds the start until its context ends.
+	entered := make(chan struct{})
+	b.SetStartHook(func(ctx context.Context) error {
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	})
 	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan error)
+	go func() {
+		_, err := b.Start(ctx, policy.Default(), nil)
+		started <- err
+	}()
+	<-entered
 	cancel()
-	if _, err := b.Start(ctx, policy.Default(), nil); !errors.Is(err, context.Canceled) {
-		t.Errorf("delayed Start with its context canceled: %v", err)
+	if err := <-started; !errors.Is(err, context.Canceled) {
+		t.Errorf("held Start with its context canceled: %v", err)
 	}
 	if got := b.Starts(); got != 2 {
 		t.Errorf("Starts() = %d, want 2 (failed ones count)", got)
 	}
-	b.SetStartDelay(0)
+	b.SetStartHook(nil)
 	b.SetMemory(42 << 20)
 	inst := start(t, b)
 	if u, _ := inst.Usage(t.Context()); u.Memory != 42<<20 {
