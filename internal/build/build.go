@@ -505,16 +505,21 @@ func (l *lineLog) write(p []byte) {
 	l.buf = append(l.buf, p...)
 	for {
 		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 && len(l.buf) < 4096 {
+		if i < 0 && len(l.buf) < maxLine {
 			return
 		}
-		if i < 0 {
-			i = 4096
+		next := i + 1 // past the newline
+		if i < 0 || i > maxLine {
+			// A long line goes in pieces, none of it dropped.
+			i, next = maxLine, maxLine
 		}
 		l.log("info", strings.TrimRight(string(l.buf[:i]), "\r"))
-		l.buf = l.buf[min(i+1, len(l.buf)):]
+		l.buf = l.buf[next:]
 	}
 }
+
+// maxLine bounds a line of a build's log.
+const maxLine = 4096
 
 func (l *lineLog) flush() {
 	if len(l.buf) > 0 {
