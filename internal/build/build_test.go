@@ -1,6 +1,7 @@
 package build
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -146,4 +147,29 @@ func TestUploadToken(t *testing.T) {
 	if s.CheckUpload("app", "h", s.UploadToken("app", "h", past), past.Unix()) {
 		t.Error("an expired token was accepted")
 	}
+}
+
+// TestLineLog: output is logged a line at a time, a line longer than
+// 4 KiB in pieces of 4 KiB, and not a byte of it lost.
+func TestLineLog(t *testing.T) {
+	var got []string
+	l := &lineLog{log: func(_, msg string) { got = append(got, msg) }}
+	l.write([]byte("a\nb"))
+	l.write([]byte("c\n\n"))
+	long := strings.Repeat("0123456789", 500)
+	l.write([]byte(long))
+	l.write([]byte("\n" + long + "\nend"))
+	l.flush()
+	want := []string{"a", "bc", "", long[:4096], long[4096:], long[:4096], long[4096:], "end"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("lines of %v bytes, want %v", lens(got), lens(want))
+	}
+}
+
+func lens(lines []string) []int {
+	var n []int
+	for _, l := range lines {
+		n = append(n, len(l))
+	}
+	return n
 }

@@ -87,19 +87,31 @@ func Register(ctx context.Context, client dynamic.Interface, cfg NodeConfig) (*N
 	if err := n.checkPrefix(ctx); err != nil {
 		return nil, err
 	}
-	spec := map[string]any{
-		"address":  cfg.Address,
-		"idPrefix": IDPrefix(cfg.Name),
-		"backends": cfg.Backends,
-		"capacity": cfg.Capacity,
-	}
-	if err := n.upsert(ctx, n.nodes(), "AirlockNode", spec); err != nil {
+	if err := n.upsert(ctx, n.nodes(), "AirlockNode", n.spec()); err != nil {
 		return nil, fmt.Errorf("register node %s: %w", cfg.Name, err)
 	}
 	if err := n.renew(ctx); err != nil {
 		return nil, fmt.Errorf("lease of node %s: %w", cfg.Name, err)
 	}
 	return n, nil
+}
+
+// spec is the node's AirlockNode spec, in the JSON types an unstructured
+// object holds (a []string or an int there cannot be deep-copied).
+func (n *Node) spec() map[string]any {
+	var backends []any // nil stays null, as it was
+	if n.cfg.Backends != nil {
+		backends = make([]any, 0, len(n.cfg.Backends))
+	}
+	for _, b := range n.cfg.Backends {
+		backends = append(backends, b)
+	}
+	return map[string]any{
+		"address":  n.cfg.Address,
+		"idPrefix": IDPrefix(n.cfg.Name),
+		"backends": backends,
+		"capacity": int64(n.cfg.Capacity),
+	}
 }
 
 func (n *Node) nodes() dynamic.ResourceInterface {
@@ -244,9 +256,7 @@ func (n *Node) publish(ctx context.Context, st NodeStatus) error {
 	}
 	if apierrors.IsNotFound(err) {
 		// Deleted by an operator while the node lives: register again.
-		err = n.upsert(ctx, n.nodes(), "AirlockNode", map[string]any{
-			"address": n.cfg.Address, "idPrefix": IDPrefix(n.cfg.Name), "backends": n.cfg.Backends, "capacity": n.cfg.Capacity,
-		})
+		err = n.upsert(ctx, n.nodes(), "AirlockNode", n.spec())
 		if err == nil {
 			err = errors.New("node object was deleted: made again, status follows")
 		}

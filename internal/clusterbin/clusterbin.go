@@ -13,6 +13,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"sync"
@@ -26,42 +27,47 @@ var embedded embed.FS
 
 const binPath = "bin/airlock-cluster"
 
-var (
+// binary is the cluster binary, read once from src: what make embedded,
+// or a test's files.
+type binary struct {
+	src  fs.FS
 	once sync.Once
 	file *os.File
 	err  error
-)
+}
+
+var cluster = &binary{src: embedded}
 
 // load puts the binary in an anonymous memory file (memfd), sealed
 // against writes: nothing is written to disk, so a read-only root file
 // system (the router's pod) does, and nothing can change what runs.
-func load() (*os.File, error) {
-	once.Do(func() {
-		data, rerr := embedded.ReadFile(binPath)
+func (b *binary) load() (*os.File, error) {
+	b.once.Do(func() {
+		data, rerr := fs.ReadFile(b.src, binPath)
 		if rerr != nil || len(data) == 0 {
-			err = errors.New("this airlock was built without its cluster binary: build it with make build")
+			b.err = errors.New("this airlock was built without its cluster binary: build it with make build")
 			return
 		}
 		fd, merr := unix.MemfdCreate("airlock-cluster", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 		if merr != nil {
-			err = fmt.Errorf("cluster binary: memfd: %w", merr)
+			b.err = fmt.Errorf("cluster binary: memfd: %w", merr)
 			return
 		}
 		f := os.NewFile(uintptr(fd), "airlock-cluster")
 		if _, werr := f.Write(data); werr != nil {
 			f.Close()
-			err = fmt.Errorf("cluster binary: %w", werr)
+			b.err = fmt.Errorf("cluster binary: %w", werr)
 			return
 		}
 		seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 		if _, serr := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); serr != nil {
 			f.Close()
-			err = fmt.Errorf("cluster binary: seal: %w", serr)
+			b.err = fmt.Errorf("cluster binary: seal: %w", serr)
 			return
 		}
-		file = f
+		b.file = f
 	})
-	return file, err
+	return b.file, b.err
 }
 
 // path is how a process started from this one names the binary: its
@@ -69,8 +75,10 @@ func load() (*os.File, error) {
 func path(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
 // Command is the cluster binary with args, to be started.
-func Command(args ...string) (*exec.Cmd, error) {
-	f, err := load()
+func Command(args ...string) (*exec.Cmd, error) { return cluster.command(args...) }
+
+func (b *binary) command(args ...string) (*exec.Cmd, error) {
+	f, err := b.load()
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +89,7 @@ func Command(args ...string) (*exec.Cmd, error) {
 
 // Exec replaces this process with the cluster binary and args.
 func Exec(args ...string) error {
-	f, err := load()
+	f, err := cluster.load()
 	if err != nil {
 		return err
 	}

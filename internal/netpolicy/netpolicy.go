@@ -263,15 +263,7 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 			a.Close()
 		}
 	}()
-	base := h.subnet.Addr().As4()
-	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
-	n += uint32(a.slot) * 4
-	a.link = link{
-		hostIf:    fmt.Sprintf("%s%04x", linkPrefix, a.slot),
-		hostIP:    netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
-		sandboxIP: netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
-		bits:      30,
-	}
+	a.link = linkOf(h.subnet, a.slot)
 	// What a crashed daemon, or the kernel still tearing down the last
 	// sandbox of this slot, left goes first.
 	if err := removePorts(a.link.hostIf); err != nil {
@@ -427,6 +419,20 @@ func (h *Host) Cleanup() error {
 		lock.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// linkOf is the veth pair of slot: the slot's /30 of subnet, whose
+// first address is the host's end and second the sandbox's.
+func linkOf(subnet netip.Prefix, slot int) link {
+	base := subnet.Addr().As4()
+	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	n += uint32(slot) * 4
+	return link{
+		hostIf:    fmt.Sprintf("%s%04x", linkPrefix, slot),
+		hostIP:    netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
+		sandboxIP: netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
+		bits:      30,
+	}
 }
 
 // linkPrefix names the host's ends of sandboxes' veth pairs.

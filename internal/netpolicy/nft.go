@@ -119,41 +119,68 @@ func ensureTable() error {
 			return fmt.Errorf("nftables set %s: %w", name, err)
 		}
 	}
-	accept := nftables.ChainPolicyAccept
-	guard := c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept})
-	// Ahead of the host's own NAT (Docker's, kube-proxy's at dstnat): a
-	// sandbox's connections are this table's to redirect.
-	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10), Policy: &accept})
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	rule := func(ch *nftables.Chain, e ...[]expr.Any) {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(e...)})
-	}
-	fromSandbox := ifPrefix(unix.NFT_META_IIFNAME)
-	resolver := resolverAddr.As4()
-
-	rule(guard, fromSandbox, notMapped(mapProxy), drop())
 	if err := c.AddSet(floodMap(), nil); err != nil {
 		return fmt.Errorf("nftables map %s: %w", mapFlood, err)
 	}
-	rule(guard, fromSandbox, jumpByIf(mapFlood))
-	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), redirectByIf(mapDNSUDP))
-	rule(pre, fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_TCP), dport(53), redirectByIf(mapDNSTCP))
-	rule(pre, fromSandbox, ipv4(), l4(unix.IPPROTO_TCP), redirectByIf(mapProxy))
-	rule(in, fromSandbox, notDNATted(), drop())
-	rule(in, fromSandbox, l4(unix.IPPROTO_TCP), notInPortSet(setTCPIn), drop())
-	rule(in, fromSandbox, l4(unix.IPPROTO_UDP), notInPortSet(setUDPIn), drop())
-	rule(in, fromSandbox, notL4(unix.IPPROTO_TCP), notL4(unix.IPPROTO_UDP), drop())
-	rule(fwd, fromSandbox, drop())
-	rule(fwd, ifPrefix(unix.NFT_META_OIFNAME), drop())
+	accept := nftables.ChainPolicyAccept
+	chains := map[string]*nftables.Chain{
+		"guard": c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept}),
+		// Ahead of the host's own NAT (Docker's, kube-proxy's at dstnat):
+		// a sandbox's connections are this table's to redirect.
+		"prerouting": c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10), Policy: &accept}),
+		"input": c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}),
+		"forward": c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}),
+	}
+	for _, r := range tableRules() {
+		c.AddRule(&nftables.Rule{Table: t, Chain: chains[r.chain], Exprs: r.exprs})
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables table %s: %w", tableName, err)
 	}
 	return nil
+}
+
+// rule is one rule of the host's table: its chain and its expressions.
+type rule struct {
+	chain string
+	exprs []expr.Any
+}
+
+// tableRules are the rules of the host's table, in their order (the
+// comment at the top of this file says what they do). A chain accepts
+// what none of its rules matched: its drops and redirects are what it
+// enforces.
+func tableRules() []rule {
+	fromSandbox := ifPrefix(unix.NFT_META_IIFNAME)
+	resolver := resolverAddr.As4()
+	r := func(chain string, e ...[]expr.Any) rule { return rule{chain, cat(e...)} }
+	return []rule{
+		r("guard", fromSandbox, notMapped(mapProxy), drop()),
+		r("guard", fromSandbox, jumpByIf(mapFlood)),
+		r("prerouting", fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), redirectByIf(mapDNSUDP)),
+		r("prerouting", fromSandbox, ipv4(), daddr(resolver), l4(unix.IPPROTO_TCP), dport(53), redirectByIf(mapDNSTCP)),
+		r("prerouting", fromSandbox, ipv4(), l4(unix.IPPROTO_TCP), redirectByIf(mapProxy)),
+		r("input", fromSandbox, notDNATted(), drop()),
+		r("input", fromSandbox, l4(unix.IPPROTO_TCP), notInPortSet(setTCPIn), drop()),
+		r("input", fromSandbox, l4(unix.IPPROTO_UDP), notInPortSet(setUDPIn), drop()),
+		r("input", fromSandbox, notL4(unix.IPPROTO_TCP), notL4(unix.IPPROTO_UDP), drop()),
+		r("forward", fromSandbox, drop()),
+		r("forward", ifPrefix(unix.NFT_META_OIFNAME), drop()),
+	}
+}
+
+// floodRules are the rules of a sandbox's chain of limits: DNS packets
+// to its resolver and new TCP connections beyond its rates are dropped.
+func floodRules(l Limits) [][]expr.Any {
+	resolver := resolverAddr.As4()
+	return [][]expr.Any{
+		cat(ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), limitOver(l.DNSRate), drop()),
+		cat(l4(unix.IPPROTO_TCP), ctNew(), limitOver(l.ConnectionRate), drop()),
+	}
 }
 
 // addFloodRule gives a table made before the flood map (by an older
@@ -194,11 +221,9 @@ func addPorts(hostIf string, p ports, l Limits) error {
 	// The chain holds the limits' state (a token bucket per rule): one
 	// per sandbox, so that a flood spends only its own sandbox's budget.
 	ch := c.AddChain(&nftables.Chain{Name: floodPrefix + hostIf, Table: table()})
-	resolver := resolverAddr.As4()
-	c.AddRule(&nftables.Rule{Table: table(), Chain: ch,
-		Exprs: cat(ipv4(), daddr(resolver), l4(unix.IPPROTO_UDP), dport(53), limitOver(l.DNSRate), drop())})
-	c.AddRule(&nftables.Rule{Table: table(), Chain: ch,
-		Exprs: cat(l4(unix.IPPROTO_TCP), ctNew(), limitOver(l.ConnectionRate), drop())})
+	for _, exprs := range floodRules(l) {
+		c.AddRule(&nftables.Rule{Table: table(), Chain: ch, Exprs: exprs})
+	}
 	if err := c.SetAddElements(floodMap(), []nftables.SetElement{{Key: key,
 		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}); err != nil {
 		return err

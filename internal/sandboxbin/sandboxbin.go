@@ -27,6 +27,10 @@ import (
 //go:embed bin
 var embedded embed.FS
 
+// source is where Install reads the binary and its hash: what make
+// embedded, or a test's files.
+var source fs.FS = embedded
+
 const (
 	name     = "airlock-sandbox"
 	binPath  = "bin/" + name
@@ -60,11 +64,11 @@ func Install(dir string) (*Binary, error) {
 	if b := installed[dir]; b != nil {
 		return b, nil
 	}
-	sum, err := embedded.ReadFile(hashPath)
+	sum, err := fs.ReadFile(source, hashPath)
 	if err != nil {
 		return nil, errors.New("this airlock was built without its sandbox binary: build it with make build")
 	}
-	fi, err := fs.Stat(embedded, binPath)
+	fi, err := fs.Stat(source, binPath)
 	if err != nil {
 		return nil, errors.New("this airlock was built without its sandbox binary: build it with make build")
 	}
@@ -121,7 +125,7 @@ func openInstalled(path string, size int64) (*os.File, error) {
 // write puts the embedded binary at path: written whole under a temporary
 // name, then renamed, so that no process ever sees part of it.
 func write(dir, path string) error {
-	src, err := embedded.Open(binPath)
+	src, err := source.Open(binPath)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,74 @@
+package cluster
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// signedFile passes a signed file URL, which names no sandbox, to the
+// node whose sandbox signed it: each node checks the signature against
+// its own sandboxes, and only one can have made it. It is asked of each
+// node in turn, so an upload's body is kept to be sent again: up to
+// maxSignedUpload, and only a few at a time, for anyone can send one.
+func (rt *Router) signedFile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if r.Method != http.MethodGet && r.Method != http.MethodPost || !strings.HasPrefix(q.Get("signature"), "v1_") {
+		writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+		return
+	}
+	if exp := q.Get("signature_expiration"); exp != "" {
+		if n, err := strconv.ParseInt(exp, 10, 64); err != nil || time.Now().Unix() > n {
+			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+			return
+		}
+	}
+	var body []byte
+	if r.Method == http.MethodPost {
+		select {
+		case rt.uploads <- struct{}{}:
+			defer func() { <-rt.uploads }()
+		case <-r.Context().Done():
+			return
+		}
+		var err error
+		if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedUpload)); err != nil {
+			writeError(w, http.StatusRequestEntityTooLarge, "an upload through a signed URL to a cluster is limited to %d MiB: write larger files with files.write", maxSignedUpload>>20)
+			return
+		}
+	}
+	for _, n := range rt.nodes.live() {
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimSuffix(n.Address, "/")+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			break
+		}
+		for _, h := range []string{"Content-Type", "Accept", "User-Agent"} {
+			if v := r.Header.Get(h); v != "" {
+				out.Header.Set(h, v)
+			}
+		}
+		resp, err := rt.client.Do(out)
+		if err != nil {
+			continue
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			resp.Body.Close()
+			continue // not this node's sandbox
+		}
+		defer resp.Body.Close()
+		copyHeader(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+		return
+	}
+	writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+}
+
+// Signed uploads in a cluster: at most this large, this many at a time.
+const (
+	maxSignedUpload = 32 << 20
+	signedUploads   = 4
+)
