@@ -30,15 +30,6 @@ import (
 // init. main must call Main before anything else when it sees it.
 const Arg = "__airlock-sandbox-init"
 
-// The file descriptors the host gives init, after stdin, stdout and stderr.
-const (
-	ConfigFD = 3 // config JSON, then EOF
-	StatusFD = 4 // init's reports to the host, see the status* bytes
-	// From 5 on: Config.CgroupFiles cgroup v1 "tasks" files, then one
-	// detached mount tree per entry of Config.Mounts.
-	FirstExtraFD = 5
-)
-
 // Reports on StatusFD, one byte each, the last one followed by data.
 const (
 	StatusFailed  = 'E' // setup failed; the message follows
@@ -69,8 +60,8 @@ type Config struct {
 	Pids           int64
 	Mounts         []policy.Mount
 	Files          []File
-	// Layers is how many image layers the host sends, on the socket that
-	// follows the mount trees, once this process's user namespace exists
+	// Layers is how many image layers the host sends, on the layers'
+	// socket (FDs.Layers), once this process's user namespace exists
 	// (see layers.go); 0: the sandbox's root is the host's view.
 	Layers int
 	// Root: the command runs as the sandbox's root, with the capabilities
@@ -83,15 +74,12 @@ type Config struct {
 	// and configured (package netpolicy), loopback included, and owns
 	// none of it; otherwise its namespace is new and has only loopback.
 	Networked bool
-	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
-	// host, follow FirstExtraFD; the mount trees come next, one per
-	// Mounts entry, then the layers' socket if Layers > 0, and then
-	// CommandFiles files for the command.
+	// CgroupFiles is how many cgroup v1 "tasks" files the host opened
+	// for init, and CommandFiles how many files it hands the command:
+	// with Mounts and Layers they make the layout of init's descriptors
+	// (FDs).
 	CgroupFiles  int
 	CommandFiles int
-	// SelfFD is init's own binary, last of all: the descriptor the host
-	// executed it through, which names a host path (/proc/1/fd).
-	SelfFD int
 }
 
 // Main is the sandbox's first process, pid 1 of its pid namespace. It
@@ -140,13 +128,14 @@ func setup() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	fds := c.FDs()
 	// Its own binary is open only to be executed, done: let it go.
-	if err := unix.Close(c.SelfFD); err != nil {
+	if err := unix.Close(fds.Self); err != nil {
 		return 0, fmt.Errorf("close the sandbox binary: %w", err)
 	}
 	// 2. Enter the sandbox's cgroups before anything else, so all that
 	// follows is limited and accounted.
-	if err := joinCgroups(c.CgroupFiles); err != nil {
+	if err := joinCgroups(fds.Cgroups); err != nil {
 		return 0, err
 	}
 	// A cgroup namespace rooted at the sandbox's cgroup, so that
@@ -159,19 +148,16 @@ func setup() (int, error) {
 	}
 	// 3. The root file system, then pivot into it: the host's view, or an
 	// image's layers, which the host idmapped for this user namespace.
-	firstMount := FirstExtraFD + c.CgroupFiles
 	var layers []int
-	layerSock := -1
-	if c.Layers > 0 {
-		layerSock = firstMount + len(c.Mounts)
+	if fds.Layers >= 0 {
 		var err error
-		if layers, err = receiveLayers(layerSock, c.Layers); err != nil {
+		if layers, err = receiveLayers(fds.Layers, c.Layers); err != nil {
 			return 0, err
 		}
 	}
-	err = buildRoot(c.RootDir, c, firstMount, layers, layerSock)
-	if layerSock >= 0 {
-		unix.Close(layerSock)
+	err = buildRoot(c.RootDir, c, fds.Mounts, layers, fds.Layers)
+	if fds.Layers >= 0 {
+		unix.Close(fds.Layers)
 	}
 	if err != nil {
 		return 0, err
@@ -214,8 +200,8 @@ func setup() (int, error) {
 		return 0, err
 	}
 	files := []uintptr{0, 1, 2}
-	for i := range c.CommandFiles {
-		files = append(files, uintptr(FirstExtraFD+c.CgroupFiles+len(c.Mounts)+min(c.Layers, 1)+i))
+	for _, fd := range fds.Command {
+		files = append(files, uintptr(fd))
 	}
 	// Nothing but those files may reach the command: not the status pipe,
 	// not whatever the host process inherited. ForkExec's dup2 clears
@@ -271,9 +257,9 @@ func reap(main int, sigs <-chan os.Signal) unix.WaitStatus {
 // current thread does not. The files were opened by host root, which is
 // what the kernel checks, and are closed here, before any user code runs.
 // (On cgroup v2 init was cloned into its cgroup and there are no files.)
-func joinCgroups(n int) error {
-	for i := range n {
-		f := os.NewFile(uintptr(FirstExtraFD+i), "cgroup")
+func joinCgroups(fds []int) error {
+	for _, fd := range fds {
+		f := os.NewFile(uintptr(fd), "cgroup")
 		_, err := f.Write([]byte("0"))
 		f.Close()
 		if err != nil {
@@ -290,6 +276,11 @@ func readConfig() (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
+	return ParseConfig(data)
+}
+
+// ParseConfig decodes the config the host sent, as init reads it.
+func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
