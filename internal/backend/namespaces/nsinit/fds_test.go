@@ -53,3 +53,4 @@ func TestFDsFixedFirst(t *testing.T) {
 		t.Errorf("empty layout %+v", l)
 	}
 }
+
