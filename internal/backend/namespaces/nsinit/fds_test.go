@@ -1,6 +1,7 @@
 package nsinit
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 
@@ -54,3 +55,33 @@ func TestFDsFixedFirst(t *testing.T) {
 	}
 }
 
+// Whatever config init is given, it either refuses it or finds a layout
+// numbered from ConfigFD on without a gap, its binary last.
+func FuzzConfigFDs(f *testing.F) {
+	for _, c := range []Config{{Argv: []string{"x"}}, {Argv: []string{"x"}, CgroupFiles: 3, Mounts: make([]policy.Mount, 2), Layers: 4, CommandFiles: 1}} {
+		data, _ := json.Marshal(&c)
+		f.Add(data)
+	}
+	f.Add([]byte(`{"Argv":["x"],"CgroupFiles":-1}`))
+	f.Add([]byte(`{"Argv":["x"],"Layers":-3,"CommandFiles":2}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil || c.CgroupFiles+len(c.Mounts)+c.CommandFiles > 1<<16 {
+			return
+		}
+		l := c.FDs()
+		all := append(append(append([]int{l.Config, l.Status}, l.Cgroups...), l.Mounts...), l.Command...)
+		if l.Layers >= 0 {
+			all = append(all, l.Layers)
+		}
+		slices.Sort(all)
+		for i, fd := range all {
+			if fd != ConfigFD+i {
+				t.Fatalf("descriptor %d at %d: %+v", fd, i, l)
+			}
+		}
+		if l.Self != ConfigFD+len(all) || l.Count() != len(all)+1 {
+			t.Fatalf("binary at %d, count %d: %+v", l.Self, l.Count(), l)
+		}
+	})
+}

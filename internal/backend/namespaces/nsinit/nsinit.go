@@ -286,6 +286,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	if len(c.Argv) == 0 {
 		return nil, errors.New("no command")
 	}
+	// The counts make the layout of init's descriptors (FDs).
+	if c.CgroupFiles < 0 || c.CommandFiles < 0 || c.Layers < 0 {
+		return nil, errors.New("decode config: a negative count of files")
+	}
 	return &c, nil
 }
 

@@ -30,7 +30,7 @@ func TestParseConfig(t *testing.T) {
 		got.Layers != 2 || got.CgroupFiles != 3 || got.CommandFiles != 1 || !got.Networked || got.Pids != 64 {
 		t.Errorf("round trip: %+v", got)
 	}
-	for _, bad := range []string{``, `{`, `{"Argv":[]}`, `{"Env":["A=1"]}`, `[]`, `{"Layers":"two","Argv":["x"]}`} {
+	for _, bad := range []string{``, `{`, `{"Argv":[]}`, `{"Env":["A=1"]}`, `[]`, `{"Layers":"two","Argv":["x"]}`, `{"Argv":["x"],"CommandFiles":-1}`} {
 		if _, err := ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("ParseConfig(%q) succeeded", bad)
 		}
