@@ -171,8 +171,7 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 // removals) is unmounted and removed by the next Cleanup; one whose
 // bundle lives stays.
 func TestCleanupRemovesOrphanAgentDirs(t *testing.T) {
-	be := testBackend(t)
-	be.stateDir = t.TempDir()
+	be := stateBackend(t)
 	orphan := filepath.Join(be.stateDir, "agents", "0123456789abcdef")
 	d, err := makeAgentDir(orphan, 1000, nil)
 	if err != nil {
