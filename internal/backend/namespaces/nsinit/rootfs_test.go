@@ -159,3 +159,35 @@ func TestMirrorAndBindEntryLinks(t *testing.T) {
 		t.Errorf("a missing host entry was made: %v", err)
 	}
 }
+
+// Each step fails closed with what it was doing, and the first failure
+// is the one reported.
+func TestRootBuilderErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		step func(r *rootBuilder)
+		want string
+	}{
+		{"a bind of a missing host path", func(r *rootBuilder) { r.bind("/nonexistent/airlock", "x", true) }, "bind /nonexistent/airlock"},
+		{"a write into a missing directory", func(r *rootBuilder) { r.write("missing/file", nil, 0o644) }, "write missing/file"},
+		{"an attach of a closed descriptor", func(r *rootBuilder) { r.attach(-1, "x") }, "mount x"},
+		{"a file's lines in a directory", func(r *rootBuilder) { r.mkdir("etc/passwd", 0o755); r.appendMissing("etc/passwd", "u:", "u\n") }, "not a regular file"},
+		{"a host link where a directory is", func(r *rootBuilder) {
+			host := filepath.Join(t.TempDir(), "bin")
+			os.Symlink("usr/bin", host)
+			r.mkdir("bin/sub", 0o755)
+			r.mirror(host, "bin")
+		}, "symlink bin"},
+	} {
+		r := &rootBuilder{dir: t.TempDir()}
+		tc.step(r)
+		if r.err == nil || !strings.Contains(r.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, r.err, tc.want)
+		}
+		first := r.err
+		r.fail("later")
+		if r.err != first {
+			t.Errorf("%s: a later failure replaced the first", tc.name)
+		}
+	}
+}
