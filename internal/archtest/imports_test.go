@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	"internal/cluster":             {"internal/sandboxid"},
 	"internal/sandboxid":           {},
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
-	"internal/backend/backendtest": {"internal/policy"},
+	"internal/backend/backendtest": {"internal/policy", "internal/backend", "internal/agentproto", "internal/layout"},
 
 	"internal/agent":         {"internal/agent/jupyter", "internal/agent/tasks", "internal/agentproto"},
 	"internal/agent/jupyter": {"internal/agent/tasks"},

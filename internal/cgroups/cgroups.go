@@ -4,15 +4,12 @@
 package cgroups
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file drives cgroupfs directly instead of through containerd's
+// This package drives cgroupfs directly instead of through containerd's
 // cgroups package: that package (with its protobuf and D-Bus dependencies)
 // added 0.8 ms to every start of the airlock binary, which starts twice per
 // sandbox, and the sandbox needs only a handful of files. What it writes is
@@ -42,6 +39,47 @@ type Limits struct {
 	CPUs        float64
 }
 
+// Stats is what a sandbox consumed.
+type Stats struct {
+	Memory    int64 // now
+	MaxMemory int64 // highest so far
+	OOMKills  uint64
+	CPU       time.Duration // used so far
+}
+
+// ErrNotPausable: the cgroup is not in a freezer hierarchy (a one-shot
+// run's, or the host mounts none).
+var ErrNotPausable = errors.New("this sandbox cannot be paused")
+
+// tree is a host's cgroup file systems: where they are mounted, which
+// version they are, and the two things only the kernel does to them. The
+// host's is hostTree; tests make one of a temporary directory, a fake
+// cgroupfs whose rmdir and kill they simulate.
+type tree struct {
+	root    string
+	unified bool // cgroup v2 only
+	// v1 hierarchies a sandbox joins (v1Controllers): a one-shot run's
+	// and a live sandbox's.
+	oneShot, live []string
+	// rmdir removes a cgroup directory, which on cgroupfs holds its
+	// control files and goes with them.
+	rmdir func(dir string) error
+	// kill SIGKILLs pid, if it is in cgroup name.
+	kill func(pid int, name string)
+}
+
+// hostTree is the host's cgroup file systems, at Root.
+var hostTree = sync.OnceValue(func() *tree { return newTree(Root, Unified(), unix.Rmdir, killInCgroup) })
+
+func newTree(root string, unified bool, rmdir func(string) error, kill func(int, string)) *tree {
+	t := &tree{root: root, unified: unified, rmdir: rmdir, kill: kill}
+	if !unified {
+		t.oneShot = distinctHierarchies(root, "memory", "pids", "cpu")
+		t.live = distinctHierarchies(root, "memory", "pids", "cpu", "cpuacct?", "freezer?")
+	}
+	return t
+}
+
 // v1Controllers lists the v1 hierarchies a sandbox joins: its three
 // limits; a live sandbox (one that serves, rather than runs one command)
 // also cpuacct, for the CPU time it has used so far, and freezer, to be
@@ -50,28 +88,23 @@ type Limits struct {
 // pid namespace dies with its init, and no process of a dead pid
 // namespace can fork. A hierarchy mounted under two names (cpu,cpuacct on
 // many hosts) is listed once.
-func v1Controllers(live bool) []string {
+func (t *tree) v1Controllers(live bool) []string {
 	if live {
-		return v1Live()
+		return t.live
 	}
-	return v1OneShot()
+	return t.oneShot
 }
-
-var (
-	v1OneShot = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu") })
-	v1Live    = sync.OnceValue(func() []string { return distinctHierarchies("memory", "pids", "cpu", "cpuacct?", "freezer?") })
-)
 
 // distinctHierarchies lists the v1 hierarchies named, each once. A name
 // ending in "?" is optional: left out where the host does not mount it
 // (a live sandbox then cannot report CPU time, or be paused). The others
 // are limits: without them newCgroup fails, as it must.
-func distinctHierarchies(names ...string) []string {
+func distinctHierarchies(root string, names ...string) []string {
 	var list []string
 	seen := map[string]bool{}
 	for _, c := range names {
 		c, optional := strings.CutSuffix(c, "?")
-		dir, err := filepath.EvalSymlinks(filepath.Join(Root, c))
+		dir, err := filepath.EvalSymlinks(filepath.Join(root, c))
 		if err != nil && optional {
 			continue
 		}
@@ -84,14 +117,6 @@ func distinctHierarchies(names ...string) []string {
 		}
 	}
 	return list
-}
-
-// Stats is what a sandbox consumed.
-type Stats struct {
-	Memory    int64 // now
-	MaxMemory int64 // highest so far
-	OOMKills  uint64
-	CPU       time.Duration // used so far
 }
 
 // impl is one cgroup version's way of doing what Cgroup does.
@@ -118,38 +143,14 @@ func Unified() bool {
 	return unix.Statfs(Root, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
-// newImpl creates the cgroup name with l's limits, for a live sandbox or a
+// create makes the cgroup name with l's limits, for a live sandbox or a
 // one-shot run (v1Controllers). It fails when any limit cannot be
 // applied: a sandbox never runs unlimited.
-func newImpl(name string, l Limits, live bool) (impl, error) {
-	quota, period := cpuQuota(l)
-	mem := strconv.FormatInt(l.MemoryBytes, 10)
-	pids := strconv.FormatInt(l.Pids, 10)
-	if Unified() {
-		return newV2(filepath.Join(Root, name), l)
+func (t *tree) create(name string, l Limits, live bool) (impl, error) {
+	if t.unified {
+		return newV2(t, filepath.Join(t.root, name), l)
 	}
-	g := cgroupV1{name: name, controllers: v1Controllers(live)}
-	limits := map[string][][2]string{
-		// memsw is memory+swap: equal to the memory limit means no swap.
-		// It must be written after the memory limit, never below it.
-		"memory": {{"memory.limit_in_bytes", mem}, {"memory.memsw.limit_in_bytes", mem}},
-		"pids":   {{"pids.max", pids}},
-		"cpu":    {{"cpu.cfs_period_us", strconv.FormatInt(period, 10)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}},
-	}
-	for _, c := range g.controllers {
-		dir := g.dir(c)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			_ = g.destroy()
-			return nil, fmt.Errorf("create cgroup: %w", err)
-		}
-		for _, kv := range limits[c] {
-			if err := writeFile(dir, kv[0], kv[1]); err != nil {
-				_ = g.destroy()
-				return nil, err
-			}
-		}
-	}
-	return g, nil
+	return newV1(t, name, l, live)
 }
 
 // cpuQuota is l's CPU limit as a CFS quota per period, in µs.
@@ -158,313 +159,13 @@ func cpuQuota(l Limits) (quota, period int64) {
 	return max(int64(l.CPUs*float64(period)), 1000), period // the kernel's minimum is 1 ms
 }
 
-// newV2 creates the cgroup v2 directory dir with l's limits.
-func newV2(dir string, l Limits) (impl, error) {
-	quota, period := cpuQuota(l)
-	g := cgroupV2{dir: dir}
-	err := g.create([][2]string{
-		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
-		{"memory.swap.max", "0"},
-		{"pids.max", strconv.FormatInt(l.Pids, 10)},
-		{"cpu.max", fmt.Sprintf("%d %d", quota, period)},
-	})
-	if err != nil {
-		_ = g.destroy()
-		return nil, err
-	}
-	return g, nil
-}
-
-// waitFile polls file until done says its content is what it waits for,
-// for at most 5 s or until ctx ends.
-func waitFile(ctx context.Context, dir, file string, done func(string) bool) error {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		data, err := os.ReadFile(filepath.Join(dir, file))
-		if err != nil {
-			return err
-		}
-		if done(strings.TrimSpace(string(data))) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: %s stayed %q", filepath.Base(dir), file, strings.TrimSpace(string(data)))
-		}
-	}
-}
-
-func writeFile(dir, file string, value string) error {
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
-		return fmt.Errorf("set cgroup %s: %w", file, err)
-	}
-	return nil
-}
-
-func readUint(dir, file string) (uint64, error) {
-	data, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(string(bytes.TrimSpace(data)), 10, 64)
-}
-
-// readKey returns the value of "key N" in a flat-keyed cgroup file.
-func readKey(dir, file, key string) (uint64, error) {
-	data, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), key+" "); ok {
-			return strconv.ParseUint(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: no %s", file, key)
-}
-
-// pids lists the processes in a cgroup directory's cgroup.procs.
-func pids(dir string) ([]int, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-// killAll SIGKILLs every process listed in dir until none is left. Without
-// a freezer a process can fork between listing and killing; the next round
-// catches the child, and the pids limit bounds how many rounds there are.
-// Each kill goes through a pidfd taken after checking that the pid is
-// still in this cgroup, so a pid reused by a host process is never hit.
-func killAll(dir string) error {
-	name := filepath.Base(dir)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		pids, err := pids(dir)
-		if errors.Is(err, os.ErrNotExist) || (err == nil && len(pids) == 0) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d processes survived SIGKILL", len(pids))
-		}
-		for _, pid := range pids {
-			killInCgroup(pid, name)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func killInCgroup(pid int, cgroupName string) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return // gone
-	}
-	defer unix.Close(fd)
-	// With the pidfd held, pid cannot be reused: check it is ours. On v1
-	// a single thread may be in the cgroup (init's forking thread), so
-	// every thread counts.
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/cgroup", pid, task.Name()))
-		if err == nil && strings.Contains(string(data), "/"+cgroupName+"\n") {
-			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-			return
-		}
-	}
-}
-
-// rmdir removes a cgroup directory. The kernel can answer EBUSY for
-// a moment after the last process left, while it finishes tearing it down.
-func rmdir(dir string) error {
-	for i := 0; ; i++ {
-		err := unix.Rmdir(dir)
-		switch {
-		case err == nil || errors.Is(err, unix.ENOENT):
-			return nil
-		case errors.Is(err, unix.EBUSY) && i < 100:
-			time.Sleep(time.Millisecond)
-		default:
-			return fmt.Errorf("remove cgroup %s: %w", filepath.Base(dir), err)
-		}
-	}
-}
-
-type cgroupV1 struct {
-	name        string   // directory name below each controller's root
-	controllers []string // the hierarchies it is in
-}
-
-func (g cgroupV1) dir(controller string) string {
-	return filepath.Join(Root, controller, g.name)
-}
-
-func (g cgroupV1) enter(*syscall.SysProcAttr) ([]*os.File, func(), error) {
-	var files []*os.File
-	release := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	for _, c := range g.controllers {
-		f, err := os.OpenFile(filepath.Join(g.dir(c), "tasks"), os.O_WRONLY, 0)
-		if err != nil {
-			release()
-			return nil, nil, fmt.Errorf("open cgroup: %w", err)
-		}
-		files = append(files, f)
-	}
-	return files, release, nil
-}
-
-// kill thaws the cgroup first, as far as it can: a frozen process does not
-// die of SIGKILL until it runs again (and one that stays frozen makes
-// killAll fail). A one-shot run, or a leftover of one, has no freezer.
-func (g cgroupV1) kill() error {
-	_ = g.freeze(context.Background(), false)
-	return killAll(g.dir("pids"))
-}
-
-// ErrNotPausable: the cgroup is not in a freezer hierarchy (a one-shot
-// run's, or the host mounts none).
-var ErrNotPausable = errors.New("this sandbox cannot be paused")
-
-func (g cgroupV1) freeze(ctx context.Context, on bool) error {
-	if !slices.Contains(g.controllers, "freezer") {
-		return ErrNotPausable
-	}
-	dir, want := g.dir("freezer"), "THAWED"
-	if on {
-		want = "FROZEN"
-	}
-	if err := writeFile(dir, "freezer.state", want); err != nil {
-		return err
-	}
-	// FREEZING until every task has stopped.
-	return waitFile(ctx, dir, "freezer.state", func(s string) bool { return s == want })
-}
-
-func (g cgroupV1) stats() (Stats, error) {
-	mem := g.dir("memory")
-	maxMem, err := readUint(mem, "memory.max_usage_in_bytes")
-	if err != nil {
-		return Stats{}, err
-	}
-	cur, err := readUint(mem, "memory.usage_in_bytes")
-	if err != nil {
-		return Stats{}, err
-	}
-	// memory.failcnt is not reliable on v1 (it stayed 0 after OOM kills
-	// here); the oom_kill counter is.
-	oom, err := readKey(mem, "memory.oom_control", "oom_kill")
-	if err != nil {
-		return Stats{}, err
-	}
-	st := Stats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}
-	// CPU time so far, where the sandbox has a cpuacct cgroup (a live
-	// one, or any where cpuacct shares the cpu hierarchy).
-	if cpu, err := readUint(g.dir("cpuacct"), "cpuacct.usage"); err == nil {
-		st.CPU = time.Duration(cpu) // ns
-	}
-	return st, nil
-}
-
-func (g cgroupV1) destroy() error {
-	var errs []error
-	for _, c := range g.controllers {
-		errs = append(errs, rmdir(g.dir(c)))
-	}
-	return errors.Join(errs...)
-}
-
-type cgroupV2 struct {
-	dir string
-}
-
-func (g cgroupV2) create(limits [][2]string) error {
-	if err := os.Mkdir(g.dir, 0o755); err != nil {
-		return fmt.Errorf("create cgroup: %w", err)
-	}
-	for _, kv := range limits {
-		if err := writeFile(g.dir, kv[0], kv[1]); err != nil {
-			return fmt.Errorf("%w (are the memory, pids and cpu controllers enabled in %s/cgroup.subtree_control?)", err, Root)
-		}
-	}
-	return nil
-}
-
-func (g cgroupV2) enter(attr *syscall.SysProcAttr) ([]*os.File, func(), error) {
-	dir, err := os.Open(g.dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open cgroup: %w", err)
-	}
-	attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
-	return nil, func() { dir.Close() }, nil
-}
-
-func (g cgroupV2) freeze(ctx context.Context, on bool) error {
-	v, want := "0", "frozen 0"
-	if on {
-		v, want = "1", "frozen 1"
-	}
-	if err := writeFile(g.dir, "cgroup.freeze", v); err != nil {
-		return err
-	}
-	return waitFile(ctx, g.dir, "cgroup.events", func(s string) bool { return slices.Contains(strings.Split(s, "\n"), want) })
-}
-
-func (g cgroupV2) kill() error {
-	// cgroup.kill (Linux 5.14) kills atomically, forks included.
-	if err := writeFile(g.dir, "cgroup.kill", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return killAll(g.dir)
-}
-
-func (g cgroupV2) stats() (Stats, error) {
-	cur, err := readUint(g.dir, "memory.current")
-	if err != nil {
-		return Stats{}, err
-	}
-	// memory.peak came with Linux 5.19; before it, the highest use seen
-	// is not kept, and the current one is the best there is.
-	peak, err := readUint(g.dir, "memory.peak")
-	if errors.Is(err, os.ErrNotExist) {
-		peak, err = cur, nil
-	}
-	if err != nil {
-		return Stats{}, err
-	}
-	oom, err := readKey(g.dir, "memory.events", "oom_kill")
-	if err != nil {
-		return Stats{}, err
-	}
-	cpu, err := readKey(g.dir, "cpu.stat", "usage_usec")
-	if err != nil {
-		return Stats{}, err
-	}
-	return Stats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom, CPU: time.Duration(cpu) * time.Microsecond}, nil
-}
-
-func (g cgroupV2) destroy() error { return rmdir(g.dir) }
-
 // Cgroup is one sandbox's control group. Airlock creates and removes it
 // on every backend (gVisor's runsc is handed its path and joins it as it
 // finds it), so limits, statistics, kills and crash cleanup have one
 // implementation, and the cgroup outlives a runtime's own bookkeeping long
 // enough to read what the sandbox consumed.
 type Cgroup struct {
+	t    *tree
 	g    impl
 	name string
 }
@@ -473,20 +174,26 @@ type Cgroup struct {
 // sandbox's (one that serves, rather than runs one command) also counts
 // CPU time as it goes and can be frozen.
 func New(name string, l Limits, live bool) (*Cgroup, error) {
-	g, err := newImpl(name, l, live)
+	return hostTree().newCgroup(name, l, live)
+}
+
+func (t *tree) newCgroup(name string, l Limits, live bool) (*Cgroup, error) {
+	g, err := t.create(name, l, live)
 	if err != nil {
 		return nil, err
 	}
-	return &Cgroup{g: g, name: name}, nil
+	return &Cgroup{t: t, g: g, name: name}, nil
 }
 
 // Load returns cgroup name as a sandbox may have left it, for cleanup: in
 // every hierarchy a sandbox may have joined.
-func Load(name string) *Cgroup {
-	if Unified() {
-		return &Cgroup{g: cgroupV2{dir: filepath.Join(Root, name)}, name: name}
+func Load(name string) *Cgroup { return hostTree().load(name) }
+
+func (t *tree) load(name string) *Cgroup {
+	if t.unified {
+		return &Cgroup{t: t, g: cgroupV2{t: t, dir: filepath.Join(t.root, name)}, name: name}
 	}
-	return &Cgroup{g: cgroupV1{name: name, controllers: v1Controllers(true)}, name: name}
+	return &Cgroup{t: t, g: cgroupV1{t: t, name: name, controllers: t.v1Controllers(true)}, name: name}
 }
 
 // Path is the cgroup's path below each hierarchy's root, the form of an
@@ -500,7 +207,7 @@ func (c *Cgroup) Holds(pid int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return holds(string(data), c.Path(), Unified()), nil
+	return holds(string(data), c.Path(), c.t.unified), nil
 }
 
 // holds reports whether the /proc/PID/cgroup text self places its process
@@ -557,12 +264,12 @@ func (c *Cgroup) Remove() error {
 	if err := c.g.destroy(); err != nil {
 		return err
 	}
-	if Unified() {
+	if c.t.unified {
 		return nil
 	}
-	others, _ := filepath.Glob(filepath.Join(Root, "*", c.name))
+	others, _ := filepath.Glob(filepath.Join(c.t.root, "*", c.name))
 	for _, dir := range others {
-		if err := rmdir(dir); err != nil {
+		if err := c.t.remove(dir); err != nil {
 			return err
 		}
 	}
@@ -576,11 +283,13 @@ func (c *Cgroup) Remove() error {
 // sandbox may take between creating its cgroup and starting its first
 // process. It reads every controller's top directory: a daemon runs it at
 // start, not airlock run before each sandbox.
-func SweepOrphans(minAge time.Duration) {
-	dirs := []string{Root}
-	if !Unified() {
+func SweepOrphans(minAge time.Duration) { hostTree().sweepOrphans(minAge) }
+
+func (t *tree) sweepOrphans(minAge time.Duration) {
+	dirs := []string{t.root}
+	if !t.unified {
 		// Every hierarchy: gVisor sandboxes have cgroups in all of them.
-		dirs, _ = filepath.Glob(filepath.Join(Root, "*"))
+		dirs, _ = filepath.Glob(filepath.Join(t.root, "*"))
 	}
 	for _, d := range dirs {
 		entries, _ := os.ReadDir(d)
@@ -589,7 +298,7 @@ func SweepOrphans(minAge time.Duration) {
 				continue
 			}
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > minAge {
-				_ = unix.Rmdir(filepath.Join(d, e.Name()))
+				_ = t.rmdir(filepath.Join(d, e.Name()))
 			}
 		}
 	}

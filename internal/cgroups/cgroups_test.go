@@ -2,55 +2,8 @@ package cgroups
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 )
-
-// Some hosts are cgroup v1 (hybrid), where the v2 code cannot run against a real
-// unified hierarchy; this checks, on a plain directory, the files it
-// writes and how it reads the kernel's answers (formats from the kernel's
-// cgroup-v2 documentation).
-func TestCgroupV2Files(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "airlock-x")
-	g, err := newV2(dir, Limits{MemoryBytes: 256 << 20, Pids: 64, CPUs: 0.5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for file, want := range map[string]string{
-		"memory.max": "268435456", "memory.swap.max": "0", "pids.max": "64", "cpu.max": "50000 100000",
-	} {
-		// Created with mode 0 here, as cgroupfs never needs: readable
-		// for a test that runs as another user than root.
-		os.Chmod(filepath.Join(dir, file), 0o644)
-		if got, _ := os.ReadFile(filepath.Join(dir, file)); string(got) != want {
-			t.Errorf("%s = %q, want %q", file, got, want)
-		}
-	}
-	for file, data := range map[string]string{
-		"memory.peak":    "9437184\n",
-		"memory.current": "4194304\n",
-		"memory.events":  "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
-		"cpu.stat":       "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 0\n",
-	} {
-		os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644)
-	}
-	st, err := g.stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Stats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 1, CPU: 1500 * time.Millisecond}
-	if st != want {
-		t.Errorf("stats %+v, want %+v", st, want)
-	}
-	// Before Linux 5.19 there is no memory.peak: the current use stands in.
-	os.Remove(filepath.Join(dir, "memory.peak"))
-	st, err = g.stats()
-	want.MaxMemory = want.Memory
-	if err != nil || st != want {
-		t.Errorf("stats without memory.peak: %+v %v, want %+v", st, err, want)
-	}
-}
 
 func TestHolds(t *testing.T) {
 	v1 := "12:pids:/airlock-ab\n4:memory:/airlock-ab/sub\n3:cpu,cpuacct:/\n0::/\n"
@@ -73,5 +26,48 @@ func TestHolds(t *testing.T) {
 		if got := holds(c.self, "/airlock-ab", c.unified); got != c.want {
 			t.Errorf("holds(%q, unified %v) = %v, want %v", c.self, c.unified, got, c.want)
 		}
+	}
+}
+
+// This test process is in none of a fake host's cgroups; a process that
+// is gone is an error.
+func TestCgroupHoldsReadsProc(t *testing.T) {
+	for _, f := range []*fakeFS{fakeV1(t, hostV1...), fakeV2(t)} {
+		c, err := f.newCgroup(Prefix+"x", Limits{MemoryBytes: 1 << 20, Pids: 8, CPUs: 1}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in, err := c.Holds(os.Getpid()); err != nil || in {
+			t.Errorf("unified %v: Holds(self) = %v, %v", f.unified, in, err)
+		}
+		if _, err := c.Holds(-1); err == nil {
+			t.Errorf("unified %v: Holds(-1) succeeded", f.unified)
+		}
+		if c.Path() != "/"+Prefix+"x" {
+			t.Errorf("Path() = %q", c.Path())
+		}
+	}
+}
+
+func TestCPUQuota(t *testing.T) {
+	for _, c := range []struct {
+		cpus  float64
+		quota int64
+	}{{1, 100_000}, {0.5, 50_000}, {2.5, 250_000}, {0.001, 1000}, {0, 1000}} {
+		quota, period := cpuQuota(Limits{CPUs: c.cpus})
+		if quota != c.quota || period != 100_000 {
+			t.Errorf("cpuQuota(%v) = %d/%d, want %d/100000", c.cpus, quota, period, c.quota)
+		}
+	}
+}
+
+// The host's tree is the one at Root, of the version Unified says.
+func TestHostTree(t *testing.T) {
+	h := hostTree()
+	if h.root != Root || h.unified != Unified() {
+		t.Errorf("host tree %+v", h)
+	}
+	if !h.unified && (len(h.oneShot) < 3 || len(h.live) < len(h.oneShot)) {
+		t.Errorf("v1 controllers: one-shot %v, live %v", h.oneShot, h.live)
 	}
 }

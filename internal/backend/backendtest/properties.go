@@ -82,12 +82,33 @@ func HostListener(t *testing.T) (port int, accepted *atomic.Int32) {
 // the sandbox or from the host.
 func Properties(t *testing.T, run Runner) {
 	port, accepted := HostListener(t)
-	for _, tc := range []struct {
-		name   string
-		policy func(*policy.Policy)
-		script string
-		check  func(t *testing.T, o Outcome)
-	}{
+	for _, tc := range properties(port) {
+		t.Run(tc.name, func(t *testing.T) {
+			p := TestPolicy()
+			if tc.policy != nil {
+				tc.policy(&p)
+			}
+			tc.check(t, run(t, p, tc.script))
+		})
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the host's loopback listener accepted %d connections from a sandbox", n)
+	}
+}
+
+// property is a row of the table: a script run under a policy, and what
+// must come of it.
+type property struct {
+	name   string
+	policy func(*policy.Policy)
+	script string
+	check  func(t *testing.T, o Outcome)
+}
+
+// properties is the table; port is the host's loopback listener, which
+// no sandbox may reach.
+func properties(port int) []property {
+	return []property{
 		{"identity and capabilities", nil, `id -u; id -g; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status; pwd`, func(t *testing.T, o Outcome) {
 			want := "1000\n1000\nNoNewPrivs:\t1\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n/home/user\n"
 			if sortedLines(o.Stdout) != sortedLines(want) {
@@ -181,17 +202,6 @@ func Properties(t *testing.T, run Runner) {
 				t.Errorf("exit %d signal %q", o.ExitCode, o.Signal)
 			}
 		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := TestPolicy()
-			if tc.policy != nil {
-				tc.policy(&p)
-			}
-			tc.check(t, run(t, p, tc.script))
-		})
-	}
-	if n := accepted.Load(); n != 0 {
-		t.Errorf("the host's loopback listener accepted %d connections from a sandbox", n)
 	}
 }
 

@@ -109,28 +109,7 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer os.RemoveAll(sock)
-			// Dialled many times at once, as a burst of SDK calls does.
-			errs := make(chan error, 16)
-			for range cap(errs) {
-				go func() {
-					conn, err := s.Dial(t.Context())
-					if err == nil {
-						conn.Close()
-					}
-					errs <- err
-				}()
-			}
-			for range cap(errs) {
-				if err := <-errs; !errors.Is(err, errNotAgentSocket) {
-					t.Errorf("Dial = %v, want %v", err, errNotAgentSocket)
-				}
-			}
-			if s.agent.listening() {
-				t.Error("listening() took it for the agent's socket")
-			}
-			if s.agent.absent() {
-				t.Error("absent() missed it")
-			}
+			checkSwapRefused(t, s)
 		})
 	}
 	if n := accepted.Load(); n != 0 {
@@ -147,9 +126,39 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 	if err := health(conn); err != nil {
 		t.Fatal(err)
 	}
-	// The directory is a few inodes of its own: no hard link reaches in
-	// from the state directory's file system, and filling it fills
-	// nothing else.
+	checkAgentDirBounded(t, be, s)
+}
+
+// checkSwapRefused dials s many times at once, as a burst of SDK calls
+// does, with something else than the agent's socket in its place.
+func checkSwapRefused(t *testing.T, s *agentSandbox) {
+	errs := make(chan error, 16)
+	for range cap(errs) {
+		go func() {
+			conn, err := s.Dial(t.Context())
+			if err == nil {
+				conn.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; !errors.Is(err, errNotAgentSocket) {
+			t.Errorf("Dial = %v, want %v", err, errNotAgentSocket)
+		}
+	}
+	if s.agent.listening() {
+		t.Error("listening() took it for the agent's socket")
+	}
+	if s.agent.absent() {
+		t.Error("absent() missed it")
+	}
+}
+
+// checkAgentDirBounded: the directory is a few inodes of its own: no hard
+// link reaches in from the state directory's file system, and filling it
+// fills nothing else.
+func checkAgentDirBounded(t *testing.T, be *Backend, s *agentSandbox) {
 	if err := os.Link(filepath.Join(be.stateDir, "bundles", s.b.id, "config.json"), filepath.Join(s.agent.path, "link")); !errors.Is(err, unix.EXDEV) {
 		t.Errorf("hard link into the agent directory: %v, want EXDEV", err)
 	}
@@ -171,8 +180,7 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 // removals) is unmounted and removed by the next Cleanup; one whose
 // bundle lives stays.
 func TestCleanupRemovesOrphanAgentDirs(t *testing.T) {
-	be := testBackend(t)
-	be.stateDir = t.TempDir()
+	be := stateBackend(t)
 	orphan := filepath.Join(be.stateDir, "agents", "0123456789abcdef")
 	d, err := makeAgentDir(orphan, 1000, nil)
 	if err != nil {

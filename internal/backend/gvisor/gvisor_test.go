@@ -98,8 +98,7 @@ func TestFindRunscRefusesDynamicBinaries(t *testing.T) {
 // first name) is removed by the next Cleanup at once; one whose lock is
 // held is not.
 func TestCleanupRemovesHalfMadeBundles(t *testing.T) {
-	b := testBackend(t)
-	b.stateDir = t.TempDir()
+	b := stateBackend(t)
 	dead := filepath.Join(b.stateDir, "bundles", "0123456789abcdef")
 	live := filepath.Join(b.stateDir, "bundles", "fedcba9876543210")
 	for _, d := range []string{dead, live} {

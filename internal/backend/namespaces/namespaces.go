@@ -5,16 +5,13 @@ package namespaces
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -22,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
-	"github.com/airlock-sandbox/airlock/internal/backend/namespaces/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -315,203 +311,6 @@ func (s *Sandbox) finish() (*backend.Result, error) {
 		return nil, errors.Join(errs...)
 	}
 	return res, nil
-}
-
-func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary) error {
-	base := s.HostUID - layout.UID
-	p := &spec.Policy
-	files := make([]nsinit.File, len(spec.Files))
-	for i, f := range spec.Files {
-		files[i] = nsinit.File{Name: f.Name, Data: f.Data}
-	}
-	cfg := nsinit.Config{
-		Argv:           spec.Argv,
-		Env:            layout.Env(p),
-		Workdir:        p.Workdir,
-		Hostname:       layout.Hostname,
-		RootDir:        RootMountDir,
-		DiskBytes:      p.DiskBytes,
-		WritableBytes:  p.WritableBytes(),
-		WritableInodes: p.WritableInodes(),
-		Pids:           p.Pids,
-		Mounts:         p.Mounts,
-		Files:          files,
-		Networked:      spec.NetNS != nil,
-		Layers:         len(p.RootLayers),
-		Root:           p.Root,
-		ExportRoot:     p.ExportRoot,
-	}
-	// Every file handed to init is closed here once init has started (or
-	// failed to); a second Close of the same file is harmless.
-	var handed []*os.File
-	defer func() { closeAll(handed) }()
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer cfgW.Close()
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return err
-	}
-	handed = append(handed, cfgR, statusW) // nsinit.ConfigFD, nsinit.StatusFD
-
-	// A sandbox with a network is forked inside the namespace the host
-	// made for it; one without gets a new, empty one.
-	clone := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
-	if spec.NetNS == nil {
-		clone |= unix.CLONE_NEWNET
-	}
-	cmd := &exec.Cmd{
-		// Init is the sandbox binary, executed through a descriptor of it
-		// (the last of the files handed over, below), not by its path:
-		// the exec happens after the child became the sandbox's root, an
-		// unprivileged host uid that may not traverse the state directory.
-		// The magic link skips that lookup.
-		Args: []string{"airlock-sandbox", nsinit.Arg},
-		Env:  []string{},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: clone,
-			// The sandbox's own 65,536 ids: its root, its user, and
-			// whatever ids an image's files have.
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: hostIDRange}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: hostIDRange}},
-			// Without an explicit credential the child would keep host
-			// uid 0 (unmapped, but still the owner of root's files).
-			// Empty Groups drops host root's supplementary groups.
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-			GidMappingsEnableSetgroups: true,
-			// A new session: no controlling terminal to inject input into.
-			Setsid: true,
-			// If airlock dies, the kernel kills the sandbox's init, and
-			// with it every process of its pid namespace.
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-	// Init must be born in, or join before it runs anything, its cgroups.
-	tasks, releaseCgroup, err := s.cg.Enter(cmd.SysProcAttr)
-	if err != nil {
-		statusR.Close()
-		return fmt.Errorf("cgroup: %w", err)
-	}
-	defer releaseCgroup()
-	handed = append(handed, tasks...)
-	cfg.CgroupFiles = len(tasks)
-	mounts := p.Mounts
-	for _, target := range spec.selfMounts {
-		mounts = append(slices.Clip(mounts), policy.Mount{Source: bin.Path, Target: target, ReadOnly: true})
-	}
-	cfg.Mounts = mounts
-	mountFiles, err := openMounts(mounts, len(p.Mounts))
-	handed = append(handed, mountFiles...)
-	if err != nil {
-		statusR.Close()
-		return err
-	}
-	// The image's layers travel on a socket, once init's user namespace
-	// exists: their idmapped mounts are made for it (layers.go).
-	var layerSock *os.File
-	if len(p.RootLayers) > 0 {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			statusR.Close()
-			return fmt.Errorf("layer socket: %w", err)
-		}
-		layerSock = os.NewFile(uintptr(pair[0]), "layers")
-		defer layerSock.Close()
-		handed = append(handed, os.NewFile(uintptr(pair[1]), "layers"))
-	}
-	handed = append(handed, spec.extraFiles...)
-	cfg.CommandFiles = len(spec.extraFiles)
-	// Init's own binary last, which init closes first.
-	cmd.ExtraFiles = append(handed, bin.File)
-	cfg.SelfFD = 3 + len(handed)
-	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", cfg.SelfFD)
-	cfgData, err := json.Marshal(&cfg)
-	if err != nil {
-		statusR.Close()
-		return err
-	}
-	s.stdout = backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
-	s.stderr = backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
-	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
-	if spec.Stdin != nil {
-		// Hide the *os.File behind a plain Reader so os/exec copies
-		// through a pipe: a terminal must never be handed to the sandbox.
-		cmd.Stdin = struct{ io.Reader }{spec.Stdin}
-	}
-	// Stdin copying may block on a terminal forever; output pipes close
-	// when the sandbox dies. Bound both.
-	cmd.WaitDelay = time.Second
-
-	// Fork on the spawner thread, as the namespace's owner (spawn.go).
-	err = asOwner(base, spec.NetNS, cmd.Start)
-	closeAll(handed)
-	releaseCgroup()
-	if err != nil {
-		statusR.Close()
-		return fmt.Errorf("start sandbox: %w", err)
-	}
-	s.cmd = cmd
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.done)
-	}()
-	abort := func(e error) error {
-		_ = cmd.Process.Kill()
-		<-s.done
-		statusR.Close()
-		return e
-	}
-	if _, err := cfgW.Write(cfgData); err != nil {
-		return abort(fmt.Errorf("send config: %w", err))
-	}
-	cfgW.Close()
-	if layerSock != nil {
-		if err := sendLayers(layerSock, cmd.Process.Pid, p.RootLayers); err != nil {
-			return abort(&backend.SetupError{Msg: err.Error()})
-		}
-	}
-
-	// Init reports 'R' once the command runs, or 'E' and why it could not.
-	// A setup that hangs is a failure too, not a hang of the caller, and
-	// so is one whose caller gave up (ctx).
-	statusR.SetReadDeadline(time.Now().Add(setupTimeout))
-	stop := context.AfterFunc(ctx, func() { statusR.SetReadDeadline(time.Now()) })
-	var first [1]byte
-	_, err = io.ReadFull(statusR, first[:])
-	if !stop() {
-		// Canceled, whatever init said: the deadline the cancellation set
-		// may land after the reset below and break the status reader.
-		return abort(ctx.Err())
-	}
-	if err != nil || first[0] != nsinit.StatusRunning {
-		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			msg = []byte(fmt.Sprintf("init did not report within %s", setupTimeout))
-		case first[0] != nsinit.StatusFailed:
-			msg = []byte("init ended without a report")
-		}
-		return abort(&backend.SetupError{Msg: string(msg)})
-	}
-	statusR.SetReadDeadline(time.Time{})
-	if p.ExportRoot {
-		if s.upper, err = receiveUpper(layerSock); err != nil {
-			return abort(&backend.SetupError{Msg: err.Error()})
-		}
-	}
-	s.started = time.Now()
-	go func() {
-		defer statusR.Close()
-		var msg [5]byte
-		if n, _ := io.ReadFull(statusR, msg[:]); n == 5 && msg[0] == nsinit.StatusExited {
-			s.exited <- unix.WaitStatus(binary.LittleEndian.Uint32(msg[1:]))
-		}
-		close(s.exited)
-	}()
-	return nil
 }
 
 // openMounts clones each host path to mount as a detached mount tree,

@@ -18,26 +18,15 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // Arg is the first argument of the sandbox binary started as a sandbox's
 // init. main must call Main before anything else when it sees it.
 const Arg = "__airlock-sandbox-init"
-
-// The file descriptors the host gives init, after stdin, stdout and stderr.
-const (
-	ConfigFD = 3 // config JSON, then EOF
-	StatusFD = 4 // init's reports to the host, see the status* bytes
-	// From 5 on: Config.CgroupFiles cgroup v1 "tasks" files, then one
-	// detached mount tree per entry of Config.Mounts.
-	FirstExtraFD = 5
-)
 
 // Reports on StatusFD, one byte each, the last one followed by data.
 const (
@@ -69,8 +58,8 @@ type Config struct {
 	Pids           int64
 	Mounts         []policy.Mount
 	Files          []File
-	// Layers is how many image layers the host sends, on the socket that
-	// follows the mount trees, once this process's user namespace exists
+	// Layers is how many image layers the host sends, on the layers'
+	// socket (FDs.Layers), once this process's user namespace exists
 	// (see layers.go); 0: the sandbox's root is the host's view.
 	Layers int
 	// Root: the command runs as the sandbox's root, with the capabilities
@@ -83,15 +72,12 @@ type Config struct {
 	// and configured (package netpolicy), loopback included, and owns
 	// none of it; otherwise its namespace is new and has only loopback.
 	Networked bool
-	// CgroupFiles is how many cgroup v1 "tasks" files, opened by the
-	// host, follow FirstExtraFD; the mount trees come next, one per
-	// Mounts entry, then the layers' socket if Layers > 0, and then
-	// CommandFiles files for the command.
+	// CgroupFiles is how many cgroup v1 "tasks" files the host opened
+	// for init, and CommandFiles how many files it hands the command:
+	// with Mounts and Layers they make the layout of init's descriptors
+	// (FDs).
 	CgroupFiles  int
 	CommandFiles int
-	// SelfFD is init's own binary, last of all: the descriptor the host
-	// executed it through, which names a host path (/proc/1/fd).
-	SelfFD int
 }
 
 // Main is the sandbox's first process, pid 1 of its pid namespace. It
@@ -140,13 +126,14 @@ func setup() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	fds := c.FDs()
 	// Its own binary is open only to be executed, done: let it go.
-	if err := unix.Close(c.SelfFD); err != nil {
+	if err := unix.Close(fds.Self); err != nil {
 		return 0, fmt.Errorf("close the sandbox binary: %w", err)
 	}
 	// 2. Enter the sandbox's cgroups before anything else, so all that
 	// follows is limited and accounted.
-	if err := joinCgroups(c.CgroupFiles); err != nil {
+	if err := joinCgroups(fds.Cgroups); err != nil {
 		return 0, err
 	}
 	// A cgroup namespace rooted at the sandbox's cgroup, so that
@@ -159,19 +146,16 @@ func setup() (int, error) {
 	}
 	// 3. The root file system, then pivot into it: the host's view, or an
 	// image's layers, which the host idmapped for this user namespace.
-	firstMount := FirstExtraFD + c.CgroupFiles
 	var layers []int
-	layerSock := -1
-	if c.Layers > 0 {
-		layerSock = firstMount + len(c.Mounts)
+	if fds.Layers >= 0 {
 		var err error
-		if layers, err = receiveLayers(layerSock, c.Layers); err != nil {
+		if layers, err = receiveLayers(fds.Layers, c.Layers); err != nil {
 			return 0, err
 		}
 	}
-	err = buildRoot(c.RootDir, c, firstMount, layers, layerSock)
-	if layerSock >= 0 {
-		unix.Close(layerSock)
+	err = buildRoot(c.RootDir, c, fds.Mounts, layers, fds.Layers)
+	if fds.Layers >= 0 {
+		unix.Close(fds.Layers)
 	}
 	if err != nil {
 		return 0, err
@@ -214,8 +198,8 @@ func setup() (int, error) {
 		return 0, err
 	}
 	files := []uintptr{0, 1, 2}
-	for i := range c.CommandFiles {
-		files = append(files, uintptr(FirstExtraFD+c.CgroupFiles+len(c.Mounts)+min(c.Layers, 1)+i))
+	for _, fd := range fds.Command {
+		files = append(files, uintptr(fd))
 	}
 	// Nothing but those files may reach the command: not the status pipe,
 	// not whatever the host process inherited. ForkExec's dup2 clears
@@ -271,9 +255,9 @@ func reap(main int, sigs <-chan os.Signal) unix.WaitStatus {
 // current thread does not. The files were opened by host root, which is
 // what the kernel checks, and are closed here, before any user code runs.
 // (On cgroup v2 init was cloned into its cgroup and there are no files.)
-func joinCgroups(n int) error {
-	for i := range n {
-		f := os.NewFile(uintptr(FirstExtraFD+i), "cgroup")
+func joinCgroups(fds []int) error {
+	for _, fd := range fds {
+		f := os.NewFile(uintptr(fd), "cgroup")
 		_, err := f.Write([]byte("0"))
 		f.Close()
 		if err != nil {
@@ -290,12 +274,21 @@ func readConfig() (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
+	return ParseConfig(data)
+}
+
+// ParseConfig decodes the config the host sent, as init reads it.
+func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
 	}
 	if len(c.Argv) == 0 {
 		return nil, errors.New("no command")
+	}
+	// The counts make the layout of init's descriptors (FDs).
+	if c.CgroupFiles < 0 || c.CommandFiles < 0 || c.Layers < 0 {
+		return nil, errors.New("decode config: a negative count of files")
 	}
 	return &c, nil
 }
@@ -338,195 +331,6 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("command %q not found in the sandbox", name)
-}
-
-// lastCap is the highest capability number the running kernel knows.
-func lastCap() (int, error) {
-	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 0, fmt.Errorf("read cap_last_cap: %w", err)
-	}
-	var n int
-	if _, err := fmt.Sscanf(string(data), "%d", &n); err != nil {
-		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
-	}
-	return n, nil
-}
-
-// dropPrivileges turns the sandbox's root into the unprivileged user with
-// no capability left in any set, for good. Securebits, the bounding set and
-// capset act on the calling thread, which forks the command; setresuid acts
-// on all threads, and on init's other threads the kernel's setuid fix-up
-// clears the capabilities.
-func dropPrivileges() error {
-	last, err := lastCap()
-	if err != nil {
-		return err
-	}
-	// Lock securebits so that neither uid 0 nor setuid fix-ups can ever
-	// hand capabilities back, and ambient capabilities cannot be raised.
-	const secure = 1<<0 | 1<<1 | // SECBIT_NOROOT, _LOCKED
-		1<<2 | 1<<3 | // SECBIT_NO_SETUID_FIXUP, _LOCKED
-		1<<5 | // SECBIT_KEEP_CAPS_LOCKED
-		1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE, _LOCKED
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secure, 0, 0, 0); err != nil {
-		return fmt.Errorf("securebits: %w", err)
-	}
-	// The bounding set limits what any later execve could grant.
-	for c := 0; c <= last; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return fmt.Errorf("drop capability %d from bounding set: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
-	// Groups before uid: changing groups needs the capability setuid drops.
-	if err := syscall.Setgroups([]int{layout.GID}); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
-	}
-	if err := syscall.Setresgid(layout.GID, layout.GID, layout.GID); err != nil {
-		return fmt.Errorf("setresgid: %w", err)
-	}
-	if err := syscall.Setresuid(layout.UID, layout.UID, layout.UID); err != nil {
-		return fmt.Errorf("setresuid: %w", err)
-	}
-	// Changing uids cleared the parent-death signal: arm it again, then
-	// make sure the parent did not die in between (its end of the status
-	// pipe would be closed).
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		return fmt.Errorf("parent death signal: %w", err)
-	}
-	fds := []unix.PollFd{{Fd: StatusFD, Events: unix.POLLOUT}}
-	if _, err := unix.Poll(fds, 0); err != nil || fds[0].Revents&unix.POLLERR != 0 {
-		return errors.New("the host process is gone")
-	}
-	// With SECBIT_NO_SETUID_FIXUP set, setresuid left the capability sets
-	// as they were: clear effective, permitted and inheritable explicitly.
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
-	}
-	return nil
-}
-
-// rootCaps are what the root of a sandbox of an image keeps, in its own
-// user namespace only (on the host it is an unprivileged uid that owns
-// nothing): those of a container runtime's default, less MKNOD and
-// AUDIT_WRITE, which a user namespace cannot use.
-var rootCaps = []uintptr{
-	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FSETID, unix.CAP_FOWNER, unix.CAP_SETGID,
-	unix.CAP_SETUID, unix.CAP_SETFCAP, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW,
-	unix.CAP_SYS_CHROOT, unix.CAP_KILL,
-}
-
-// keepRoot is dropPrivileges for a sandbox whose command runs as its
-// root: uid 0 of the sandbox's user namespace, every capability but
-// rootCaps dropped from every set for good (the bounding set, then the
-// others), none ambient, none to be raised. It may setuid to any of the
-// sandbox's own ids (its user's, to run their commands), which drops the
-// rest, as on any Linux box.
-func keepRoot() error {
-	last, err := lastCap()
-	if err != nil {
-		return err
-	}
-	keep := map[uintptr]bool{}
-	var mask [2]uint32
-	for _, c := range rootCaps {
-		keep[c] = true
-		mask[c/32] |= 1 << (c % 32)
-	}
-	const secure = 1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE, _LOCKED
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secure, 0, 0, 0); err != nil {
-		return fmt.Errorf("securebits: %w", err)
-	}
-	for c := 0; c <= last; c++ {
-		if !keep[uintptr(c)] {
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-				return fmt.Errorf("drop capability %d from bounding set: %w", c, err)
-			}
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
-	if err := syscall.Setgroups([]int{0}); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	data := [2]unix.CapUserData{{Effective: mask[0], Permitted: mask[0]}, {Effective: mask[1], Permitted: mask[1]}}
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
-	}
-	return nil
-}
-
-// restrictLandlock confines file access to reading the sandbox's root and
-// writing only its writable places, and scopes signals and abstract unix
-// sockets to the sandbox. Network rights are left alone: the network
-// namespace already decides what is reachable, and code interpreters talk
-// to their kernels over loopback TCP.
-func restrictLandlock(c *Config) error {
-	if _, err := llsyscall.LandlockGetABIVersion(); err != nil {
-		return errNoLandlock
-	}
-	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}
-	// BestEffort only drops rights the running kernel does not know yet;
-	// Landlock itself is present (checked above), so it is enforced.
-	cfg = cfg.BestEffort()
-	writable := []string{"/tmp", "/home/user", "/dev/shm"}
-	if c.Layers > 0 {
-		writable = []string{"/"} // an image's root is the sandbox's own, writable as on E2B
-	}
-	for _, m := range c.Mounts {
-		if !m.ReadOnly {
-			writable = append(writable, m.Target)
-		}
-	}
-	rules := []landlock.Rule{
-		landlock.RODirs("/"),
-		landlock.RWDirs(writable...).WithRefer(),
-		landlock.RWDirs("/dev/pts").WithIoctlDev(),
-		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/tty").WithIoctlDev(),
-	}
-	fd, flags, err := cfg.NewRulesetFD(rules...)
-	if err != nil {
-		return fmt.Errorf("landlock ruleset: %w", err)
-	}
-	if fd < 0 {
-		return errNoLandlock
-	}
-	defer unix.Close(fd)
-	if err := llsyscall.AllThreadsLandlockRestrictSelf(fd, flags); err != nil {
-		return fmt.Errorf("landlock restrict: %w", err)
-	}
-	return nil
-}
-
-func setRlimits(c *Config) error {
-	limits := []struct {
-		resource int
-		value    uint64
-		name     string
-	}{
-		{unix.RLIMIT_CORE, 0, "core"},
-		{unix.RLIMIT_NOFILE, 4096, "nofile"},
-		// RLIMIT_NPROC counts per user in this user namespace; the pids
-		// cgroup is the real limit, this makes a fork bomb fail sooner.
-		{unix.RLIMIT_NPROC, uint64(c.Pids), "nproc"},
-		{unix.RLIMIT_FSIZE, uint64(c.DiskBytes), "fsize"},
-		// No RLIMIT_AS: numpy and pandas reserve large address ranges;
-		// memory is the cgroup's job.
-	}
-	for _, l := range limits {
-		rl := unix.Rlimit{Cur: l.value, Max: l.value}
-		if err := unix.Setrlimit(l.resource, &rl); err != nil {
-			return fmt.Errorf("rlimit %s: %w", l.name, err)
-		}
-	}
-	return nil
 }
 
 // IsInit reports whether this process was started as a sandbox init.

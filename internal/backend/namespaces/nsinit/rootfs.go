@@ -20,15 +20,15 @@ var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // Every failure aborts the sandbox.
 //
 // The user's mounts arrive as detached mount trees (see openMounts), one fd
-// each from firstMountFD on.
-func buildRoot(dir string, c *Config, firstMountFD int, layers []int, layerSock int) error {
+// each in mounts (FDs.Mounts).
+func buildRoot(dir string, c *Config, mounts []int, layers []int, layerSock int) error {
 	// Private propagation first: without it, mounts below could propagate
 	// back into the host's mount namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
 	if len(layers) > 0 {
-		return buildImageRoot(dir, c, firstMountFD, layers, layerSock)
+		return buildImageRoot(dir, c, mounts, layers, layerSock)
 	}
 	// One size-limited tmpfs holds the whole writable part of the sandbox
 	// (/tmp, /home/user, /dev/shm): the --disk limit, bounded by memory.
@@ -64,7 +64,7 @@ func buildRoot(dir string, c *Config, firstMountFD int, layers []int, layerSock 
 	r.mkdir(layout.Home[1:], 0o700)
 	r.chown(layout.Home[1:], layout.UID, layout.GID)
 	for i, m := range c.Mounts {
-		r.attach(firstMountFD+i, strings.TrimPrefix(m.Target, "/"))
+		r.attach(mounts[i], strings.TrimPrefix(m.Target, "/"))
 	}
 	r.mkdir(layout.CodeDir[1:], 0o755)
 	for _, f := range c.Files {
@@ -82,7 +82,7 @@ func buildRoot(dir string, c *Config, firstMountFD int, layers []int, layerSock 
 // and only once the host's file system is out of reach is any path of the
 // image followed. What the sandbox needs of the host (device nodes, the
 // user's mounts, the agent's binary) comes along as mounts already open.
-func buildImageRoot(dir string, c *Config, firstMountFD int, layers []int, layerSock int) error {
+func buildImageRoot(dir string, c *Config, mounts []int, layers []int, layerSock int) error {
 	devs := map[string]int{}
 	defer func() {
 		for _, fd := range devs {
@@ -126,7 +126,7 @@ func buildImageRoot(dir string, c *Config, firstMountFD int, layers []int, layer
 	r.mkdir(layout.Home[1:], 0o700)
 	r.chown(layout.Home[1:], layout.UID, layout.GID)
 	for i, m := range c.Mounts {
-		r.attach(firstMountFD+i, strings.TrimPrefix(m.Target, "/"))
+		r.attach(mounts[i], strings.TrimPrefix(m.Target, "/"))
 	}
 	r.mkdir(layout.CodeDir[1:], 0o755)
 	for _, f := range c.Files {

@@ -27,10 +27,9 @@ func decide(t *testing.T, vm *bpf.VM, arch uint32, nr int, args ...uint32) uint3
 	return uint32(out)
 }
 
-// The filter's decisions, without a kernel: in particular for syscalls
-// this kernel does not have, which a sandbox cannot tell apart from ones
-// the filter refuses.
-func TestSeccompFilterDecisions(t *testing.T) {
+// filterVM loads the sandbox's filter into x/net's BPF machine.
+func filterVM(t *testing.T) *bpf.VM {
+	t.Helper()
 	var prog []bpf.Instruction
 	for _, ins := range seccompFilter() {
 		prog = append(prog, bpf.RawInstruction{Op: ins.Code, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}.Disassemble())
@@ -39,6 +38,14 @@ func TestSeccompFilterDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return vm
+}
+
+// The filter's decisions, without a kernel: in particular for syscalls
+// this kernel does not have, which a sandbox cannot tell apart from ones
+// the filter refuses.
+func TestSeccompFilterDecisions(t *testing.T) {
+	vm := filterVM(t)
 	const allow = unix.SECCOMP_RET_ALLOW
 	errno := func(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
 	for _, tc := range []struct {
@@ -65,5 +72,89 @@ func TestSeccompFilterDecisions(t *testing.T) {
 		if got := decide(t, vm, tc.arch, tc.nr, tc.args...); got != tc.want {
 			t.Errorf("%s: %#x, want %#x", tc.name, got, tc.want)
 		}
+	}
+}
+
+// Every syscall of the deny list is refused with EPERM, from the x86_64
+// ABI; the ones every program makes pass.
+func TestSeccompDenyList(t *testing.T) {
+	vm := filterVM(t)
+	eperm := unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	seen := map[uintptr]bool{}
+	for _, nr := range deniedSyscalls {
+		if seen[nr] {
+			t.Errorf("syscall %d denied twice", nr)
+		}
+		seen[nr] = true
+		if nr > lastReviewedSyscall {
+			t.Errorf("syscall %d is denied but newer than the review (%d)", nr, lastReviewedSyscall)
+		}
+		if got := decide(t, vm, auditArch, int(nr)); got != eperm {
+			t.Errorf("denied syscall %d: %#x, want EPERM", nr, got)
+		}
+	}
+	for _, nr := range []int{unix.SYS_READ, unix.SYS_WRITE, unix.SYS_OPENAT, unix.SYS_EXECVE, unix.SYS_MMAP,
+		unix.SYS_FUTEX, unix.SYS_WAIT4, unix.SYS_KILL, unix.SYS_CONNECT, unix.SYS_BIND, unix.SYS_GETDENTS64} {
+		if got := decide(t, vm, auditArch, nr); got != unix.SECCOMP_RET_ALLOW {
+			t.Errorf("syscall %d: %#x, want it allowed", nr, got)
+		}
+	}
+}
+
+// The argument checks: each namespace flag of clone, the socket families
+// of socket and socketpair, personality's values, ioctl's requests.
+func TestSeccompArguments(t *testing.T) {
+	vm := filterVM(t)
+	const allow = unix.SECCOMP_RET_ALLOW
+	errno := func(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
+	for _, flag := range []uint32{unix.CLONE_NEWNS, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWUSER, unix.CLONE_NEWPID, unix.CLONE_NEWNET, unix.CLONE_NEWCGROUP} {
+		if got := decide(t, vm, auditArch, unix.SYS_CLONE, flag|uint32(unix.SIGCHLD)); got != errno(unix.EPERM) {
+			t.Errorf("clone with %#x: %#x, want EPERM", flag, got)
+		}
+	}
+	if got := decide(t, vm, auditArch, unix.SYS_CLONE, uint32(unix.SIGCHLD)); got != allow {
+		t.Errorf("a plain fork: %#x", got)
+	}
+	for _, nr := range []int{unix.SYS_SOCKET, unix.SYS_SOCKETPAIR} {
+		for family, want := range map[uint32]uint32{
+			unix.AF_UNIX: allow, unix.AF_INET: allow, unix.AF_INET6: allow, unix.AF_NETLINK: allow,
+			unix.AF_PACKET: errno(unix.EAFNOSUPPORT), unix.AF_VSOCK: errno(unix.EAFNOSUPPORT),
+			unix.AF_ALG: errno(unix.EAFNOSUPPORT), unix.AF_BLUETOOTH: errno(unix.EAFNOSUPPORT),
+		} {
+			if got := decide(t, vm, auditArch, nr, family); got != want {
+				t.Errorf("syscall %d family %d: %#x, want %#x", nr, family, got, want)
+			}
+		}
+	}
+	for persona, want := range map[uint32]uint32{
+		0: allow, 8: allow, 0x20000: allow, 0x20008: allow, 0xffffffff: allow,
+		0x0040000: errno(unix.EPERM), // ADDR_NO_RANDOMIZE
+		0x0400000: errno(unix.EPERM), // READ_IMPLIES_EXEC
+	} {
+		if got := decide(t, vm, auditArch, unix.SYS_PERSONALITY, persona); got != want {
+			t.Errorf("personality(%#x): %#x, want %#x", persona, got, want)
+		}
+	}
+	for req, want := range map[uint32]uint32{unix.TIOCSTI: errno(unix.EPERM), unix.TIOCLINUX: errno(unix.EPERM), unix.TCGETS: allow, unix.TIOCGWINSZ: allow} {
+		if got := decide(t, vm, auditArch, unix.SYS_IOCTL, 1, req); got != want {
+			t.Errorf("ioctl(%#x): %#x, want %#x", req, got, want)
+		}
+	}
+}
+
+// The kernel takes at most BPF_MAXINSNS instructions, and every jump
+// must land inside the program: a filter it refuses is no sandbox.
+func TestSeccompFilterLoads(t *testing.T) {
+	prog := seccompFilter()
+	if len(prog) > 4096 {
+		t.Fatalf("%d instructions, the kernel takes 4096", len(prog))
+	}
+	for i, ins := range prog {
+		if ins.Code&0x07 == unix.BPF_JMP && i+1+int(max(ins.Jt, ins.Jf)) >= len(prog) {
+			t.Errorf("instruction %d jumps past the end", i)
+		}
+	}
+	if last := prog[len(prog)-1]; last.Code != unix.BPF_RET|unix.BPF_K {
+		t.Errorf("the program ends with %#x, not a return", last.Code)
 	}
 }
