@@ -16,7 +16,7 @@ import (
 // Checkpoints (gVisor's runsc checkpoint) save the whole sandbox, but not
 // a socket bound to or connected through the host: the agent's own, on
 // which the daemon reaches it. So before one, the daemon asks the agent to
-// let go of all of them (SetupPath+"checkpoint"): it answers, closes its
+// let go of all of them (agentproto.CheckpointPath): it answers, closes its
 // listener and every connection it accepted (hijacked ones included),
 // removes its socket file, and waits. After a restore, or a checkpoint
 // that failed, the daemon sends it agentproto.ResumeSignal, and it

@@ -9,9 +9,9 @@ import (
 // Warm snapshots (the daemon's sandbox/warm.go): the daemon saves one
 // sandbox of a template once it is ready, and starts the template's
 // others as copies of it. Before the save it asks the agent to settle
-// (SetupPath+"settle": answered once the kernel it prestarts has
+// (agentproto.SettlePath: answered once the kernel it prestarts has
 // imported what it imports); in each copy it asks it to reseed
-// (SetupPath+"reseed"). A copy has the memory of the saved sandbox, so
+// (agentproto.ReseedPath). A copy has the memory of the saved sandbox, so
 // the random generators its kernels seeded from the host's randomness at
 // their start would give every copy the same numbers: Python's random and
 // numpy's global generator are seeded afresh. What asks the host each

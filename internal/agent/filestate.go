@@ -18,9 +18,9 @@ import (
 // A pause that keeps only the files (E2B's keepMemory: false) saves what
 // the sandbox's user can change of its file system, and nothing that
 // runs: the daemon takes the tar stream of those directories from the
-// agent (GET SetupPath+"files"), ends the sandbox, and at connect starts
+// agent (GET agentproto.SavedFilesPath), ends the sandbox, and at connect starts
 // a new one of its template and gives the stream back to its agent
-// (POST SetupPath+"files") before anything else runs there.
+// (POST agentproto.SavedFilesPath) before anything else runs there.
 //
 // The daemon only keeps the stream: it is the sandbox's own, made and
 // read inside it, by the sandbox's user. In a template of the daemon's

@@ -1,12 +1,12 @@
 package agent_test
 
 import (
-	"bytes"
-	"net/http"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // event is one message of a process stream; exactly one field is set.
@@ -220,14 +220,8 @@ func TestProcessConnectToNothing(t *testing.T) {
 
 func TestSetupEnvReachesProcesses(t *testing.T) {
 	url, _ := newAgent(t)
-	// The daemon's private endpoint (agentproto.SetupPath + "setup").
-	resp, err := http.Post(url+"/airlock/setup", "application/json", bytes.NewReader([]byte(`{"envVars":{"FROM_SETUP":"1","X":"setup"}}`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("setup: %d, want 204", resp.StatusCode)
+	if err := client(url).Setup(t.Context(), agentproto.Setup{EnvVars: map[string]string{"FROM_SETUP": "1", "X": "setup"}}); err != nil {
+		t.Fatalf("setup: %v", err)
 	}
 	// The request's envs win over the sandbox's.
 	req := map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", `printf '%s %s' "$FROM_SETUP" "$X"`}, "envs": map[string]string{"X": "request"}}}
