@@ -3,16 +3,13 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -281,17 +278,8 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agentproto.SetupPath+"disk", nil)
+	d, err := (&agentproto.Client{Transport: s.transport}).Disk(ctx)
 	if err != nil {
-		return 0
-	}
-	resp, err := s.transport.RoundTrip(req)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	var d agentproto.Disk
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&d) != nil {
 		return 0
 	}
 	return min(max(d.Used, 0), s.DiskMB<<20)
@@ -706,21 +694,7 @@ func setupAgent(ctx context.Context, tr http.RoundTripper, env map[string]string
 	if len(env) == 0 {
 		return nil
 	}
-	body, _ := json.Marshal(agentproto.Setup{EnvVars: env})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+"setup", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("agent answered %s", resp.Status)
-	}
-	return nil
+	return (&agentproto.Client{Transport: tr}).Setup(ctx, agentproto.Setup{EnvVars: env})
 }
 
 func (m *Manager) ttl(d time.Duration) (time.Duration, error) {
