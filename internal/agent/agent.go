@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -99,26 +100,26 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.SavedFilesPath, a.postFileState)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
-	mux.Handle(agentproto.StartProcedure, serverStream(a.processStart))
-	mux.Handle("/process.Process/Connect", serverStream(a.processConnect))
-	mux.Handle("/process.Process/List", unary(a.processList))
-	mux.Handle("/process.Process/SendInput", unary(a.processSendInput))
-	mux.Handle("/process.Process/SendSignal", unary(a.processSendSignal))
-	mux.Handle("/process.Process/CloseStdin", unary(a.processCloseStdin))
-	mux.Handle("/process.Process/Update", unary(a.processUpdate))
-	mux.Handle("/process.Process/StreamInput", unary(func(context.Context, *http.Request, *empty) (*empty, error) {
-		return nil, errorf(agentproto.CodeUnimplemented, "StreamInput is not implemented; use SendInput")
+	mux.Handle(agentproto.StartProcedure, rpc.ServerStream(a.processStart))
+	mux.Handle("/process.Process/Connect", rpc.ServerStream(a.processConnect))
+	mux.Handle("/process.Process/List", rpc.Unary(a.processList))
+	mux.Handle("/process.Process/SendInput", rpc.Unary(a.processSendInput))
+	mux.Handle("/process.Process/SendSignal", rpc.Unary(a.processSendSignal))
+	mux.Handle("/process.Process/CloseStdin", rpc.Unary(a.processCloseStdin))
+	mux.Handle("/process.Process/Update", rpc.Unary(a.processUpdate))
+	mux.Handle("/process.Process/StreamInput", rpc.Unary(func(context.Context, *http.Request, *rpc.Empty) (*rpc.Empty, error) {
+		return nil, rpc.Errorf(agentproto.CodeUnimplemented, "StreamInput is not implemented; use SendInput")
 	}))
 
-	mux.Handle("/filesystem.Filesystem/Stat", unary(a.fsStat))
-	mux.Handle("/filesystem.Filesystem/MakeDir", unary(a.fsMakeDir))
-	mux.Handle("/filesystem.Filesystem/Move", unary(a.fsMove))
-	mux.Handle(agentproto.ListDirProcedure, unary(a.fsListDir))
-	mux.Handle("/filesystem.Filesystem/Remove", unary(a.fsRemove))
-	mux.Handle("/filesystem.Filesystem/WatchDir", serverStream(a.fsWatchDir))
-	mux.Handle("/filesystem.Filesystem/CreateWatcher", unary(a.fsCreateWatcher))
-	mux.Handle("/filesystem.Filesystem/GetWatcherEvents", unary(a.fsGetWatcherEvents))
-	mux.Handle("/filesystem.Filesystem/RemoveWatcher", unary(a.fsRemoveWatcher))
+	mux.Handle("/filesystem.Filesystem/Stat", rpc.Unary(a.fsStat))
+	mux.Handle("/filesystem.Filesystem/MakeDir", rpc.Unary(a.fsMakeDir))
+	mux.Handle("/filesystem.Filesystem/Move", rpc.Unary(a.fsMove))
+	mux.Handle(agentproto.ListDirProcedure, rpc.Unary(a.fsListDir))
+	mux.Handle("/filesystem.Filesystem/Remove", rpc.Unary(a.fsRemove))
+	mux.Handle("/filesystem.Filesystem/WatchDir", rpc.ServerStream(a.fsWatchDir))
+	mux.Handle("/filesystem.Filesystem/CreateWatcher", rpc.Unary(a.fsCreateWatcher))
+	mux.Handle("/filesystem.Filesystem/GetWatcherEvents", rpc.Unary(a.fsGetWatcherEvents))
+	mux.Handle("/filesystem.Filesystem/RemoveWatcher", rpc.Unary(a.fsRemoveWatcher))
 	return mux
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -33,12 +34,12 @@ func httpError(w http.ResponseWriter, e *agentproto.Error) {
 func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 	id, err := a.who(r)
 	if err != nil {
-		httpError(w, asError(err))
+		httpError(w, rpc.AsError(err))
 		return
 	}
 	path := r.URL.Query().Get("path")
 	if path == "" {
-		httpError(w, errorf(agentproto.CodeInvalidArgument, "no path given"))
+		httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "no path given"))
 		return
 	}
 	p := a.resolveAs(id, path)
@@ -55,7 +56,7 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if fi.IsDir() {
-		httpError(w, errorf(agentproto.CodeInvalidArgument, "path '%s' is a directory", p))
+		httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "path '%s' is a directory", p))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -79,7 +80,7 @@ type writtenFile struct {
 func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 	id, err := a.who(r)
 	if err != nil {
-		httpError(w, asError(err))
+		httpError(w, rpc.AsError(err))
 		return
 	}
 	query := r.URL.Query().Get("path")
@@ -94,7 +95,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 	case "multipart/form-data":
 		mr, err := r.MultipartReader()
 		if err != nil {
-			httpError(w, errorf(agentproto.CodeInvalidArgument, "multipart: %v", err))
+			httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "multipart: %v", err))
 			return
 		}
 		for {
@@ -103,7 +104,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			if err != nil {
-				httpError(w, errorf(agentproto.CodeInvalidArgument, "multipart: %v", err))
+				httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "multipart: %v", err))
 				return
 			}
 			if part.FormName() != "file" {
@@ -128,7 +129,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Content-Encoding") == "gzip" {
 			gz, err := gzip.NewReader(r.Body)
 			if err != nil {
-				httpError(w, errorf(agentproto.CodeInvalidArgument, "gzip: %v", err))
+				httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "gzip: %v", err))
 				return
 			}
 			defer gz.Close()
@@ -141,11 +142,11 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 		}
 		written = append(written, wf)
 	default:
-		httpError(w, errorf(agentproto.CodeInvalidArgument, "content type %q: want multipart/form-data or application/octet-stream", mt))
+		httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "content type %q: want multipart/form-data or application/octet-stream", mt))
 		return
 	}
 	if len(written) == 0 {
-		httpError(w, errorf(agentproto.CodeInvalidArgument, "no file in the request"))
+		httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "no file in the request"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -156,7 +157,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 // (replacing what it had).
 func (a *Agent) writeFile(id identity, dest string, md map[string]string, body io.Reader) (writtenFile, *agentproto.Error) {
 	if dest == "" {
-		return writtenFile{}, errorf(agentproto.CodeInvalidArgument, "no path given for the file")
+		return writtenFile{}, rpc.Errorf(agentproto.CodeInvalidArgument, "no path given for the file")
 	}
 	p := a.resolveAs(id, dest)
 	written := writtenFile{Name: filepath.Base(p), Type: "file", Path: p}
@@ -186,7 +187,7 @@ func (a *Agent) writeFile(id identity, dest string, md map[string]string, body i
 		return nil
 	})
 	if err != nil { // the identity could not be taken: nothing was written
-		return writtenFile{}, asError(err)
+		return writtenFile{}, rpc.AsError(err)
 	}
 	if fail != nil {
 		return writtenFile{}, fail

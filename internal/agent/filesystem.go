@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -33,21 +34,21 @@ func fsError(path string, err error) *agentproto.Error {
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return errorf(agentproto.CodeNotFound, "path '%s' does not exist", path)
+		return rpc.Errorf(agentproto.CodeNotFound, "path '%s' does not exist", path)
 	case errors.Is(err, fs.ErrExist):
-		return errorf(agentproto.CodeAlreadyExists, "path '%s' already exists", path)
+		return rpc.Errorf(agentproto.CodeAlreadyExists, "path '%s' already exists", path)
 	case errors.Is(err, fs.ErrPermission):
-		return errorf(agentproto.CodePermissionDenied, "permission denied: '%s'", path)
+		return rpc.Errorf(agentproto.CodePermissionDenied, "permission denied: '%s'", path)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return errorf(agentproto.CodeResourceExhausted, "no space left writing '%s'", path)
+		return rpc.Errorf(agentproto.CodeResourceExhausted, "no space left writing '%s'", path)
 	case errors.Is(err, syscall.ENOTDIR):
-		return errorf(agentproto.CodeInvalidArgument, "a parent of '%s' is not a directory", path)
+		return rpc.Errorf(agentproto.CodeInvalidArgument, "a parent of '%s' is not a directory", path)
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return errorf(agentproto.CodeInternal, "%s '%s': %v", pe.Op, path, pe.Err)
+		return rpc.Errorf(agentproto.CodeInternal, "%s '%s': %v", pe.Op, path, pe.Err)
 	}
-	return errorf(agentproto.CodeInternal, "'%s': %v", path, err)
+	return rpc.Errorf(agentproto.CodeInternal, "'%s': %v", path, err)
 }
 
 var (
@@ -143,9 +144,9 @@ func (a *Agent) fsMakeDir(ctx context.Context, r *http.Request, req *pathRequest
 	err = a.as(id, func() error {
 		if fi, err := os.Stat(p); err == nil {
 			if fi.IsDir() {
-				return errorf(agentproto.CodeAlreadyExists, "directory '%s' already exists", p)
+				return rpc.Errorf(agentproto.CodeAlreadyExists, "directory '%s' already exists", p)
 			}
-			return errorf(agentproto.CodeInvalidArgument, "path '%s' already exists and is not a directory", p)
+			return rpc.Errorf(agentproto.CodeInvalidArgument, "path '%s' already exists and is not a directory", p)
 		}
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return fsError(p, err)
@@ -185,7 +186,7 @@ func (a *Agent) fsMove(ctx context.Context, r *http.Request, req *moveRequest) (
 	return &entryResponse{Entry: e}, nil
 }
 
-func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest) (*empty, error) {
+func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest) (*rpc.Empty, error) {
 	id, err := a.who(r)
 	if err != nil {
 		return nil, err
@@ -201,7 +202,7 @@ func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &empty{}, nil
+	return &rpc.Empty{}, nil
 }
 
 // maxListEntries bounds one ListDir answer; a sandbox can hold millions of
@@ -224,7 +225,7 @@ func (a *Agent) listDir(ctx context.Context, root string, req *agentproto.ListDi
 		return nil, fsError(root, err)
 	}
 	if !fi.IsDir() {
-		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
+		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
 	}
 	depth := int(req.Depth)
 	if depth < 1 {
@@ -242,7 +243,7 @@ func (a *Agent) listDir(ctx context.Context, root string, req *agentproto.ListDi
 				return err
 			}
 			if len(resp.Entries) >= maxListEntries {
-				return errorf(agentproto.CodeResourceExhausted, "more than %d entries under '%s'", maxListEntries, root)
+				return rpc.Errorf(agentproto.CodeResourceExhausted, "more than %d entries under '%s'", maxListEntries, root)
 			}
 			p := filepath.Join(dir, de.Name())
 			info, err := de.Info()

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -39,9 +40,9 @@ func (a *Agent) who(r *http.Request) (identity, error) {
 		if a.root {
 			return rootUser, nil
 		}
-		return identity{}, errorf(agentproto.CodePermissionDenied, "user \"root\" is not available in this sandbox: its template runs everything as \"user\" (templates made from images have root)")
+		return identity{}, rpc.Errorf(agentproto.CodePermissionDenied, "user \"root\" is not available in this sandbox: its template runs everything as \"user\" (templates made from images have root)")
 	default:
-		return identity{}, errorf(agentproto.CodePermissionDenied, "user %q is not available: this sandbox has \"user\"%s", strings.TrimSpace(u), map[bool]string{true: " and \"root\""}[a.root])
+		return identity{}, rpc.Errorf(agentproto.CodePermissionDenied, "user %q is not available: this sandbox has \"user\"%s", strings.TrimSpace(u), map[bool]string{true: " and \"root\""}[a.root])
 	}
 }
 
@@ -109,7 +110,7 @@ func (a *Agent) as(id identity, f func() error) error {
 		runtime.LockOSThread()
 		restore, err := actAs(id)
 		if err != nil {
-			errc <- errorf(agentproto.CodeInternal, "cannot act as %s: %v", id.name, err)
+			errc <- rpc.Errorf(agentproto.CodeInternal, "cannot act as %s: %v", id.name, err)
 			return // the thread stays locked, and goes
 		}
 		err = f()

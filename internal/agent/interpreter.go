@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent/jupyter"
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -210,7 +211,7 @@ const interruptGrace = 5 * time.Second
 
 func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	var req agentproto.ExecuteRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMessage)).Decode(&req); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, rpc.MaxMessage)).Decode(&req); err != nil {
 		jsonError(w, http.StatusBadRequest, "invalid request: %v", err)
 		return
 	}

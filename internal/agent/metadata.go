@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -39,13 +40,13 @@ func uploadMetadata(h http.Header) (map[string]string, *agentproto.Error) {
 		}
 		key, value := strings.ToLower(name[len(metadataHeader):]), values[0]
 		if len(key) > maxMetadataKey {
-			return nil, errorf(agentproto.CodeInvalidArgument, "metadata key %q is longer than %d bytes", key, maxMetadataKey)
+			return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "metadata key %q is longer than %d bytes", key, maxMetadataKey)
 		}
 		if !printable(key) || !printable(value) {
-			return nil, errorf(agentproto.CodeInvalidArgument, "metadata %q: keys and values must be printable US-ASCII", key)
+			return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "metadata %q: keys and values must be printable US-ASCII", key)
 		}
 		if size += len(metadataXattr) + len(key) + len(value); size > maxMetadataSize {
-			return nil, errorf(agentproto.CodeInvalidArgument, "metadata is larger than %d bytes", maxMetadataSize)
+			return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "metadata is larger than %d bytes", maxMetadataSize)
 		}
 		if md == nil {
 			md = map[string]string{}

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agent/tasks"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
@@ -50,7 +51,7 @@ type process struct {
 
 func (t *processTable) find(sel *processSelector) (*process, error) {
 	if sel == nil || (sel.Pid == nil && sel.Tag == nil) {
-		return nil, errorf(agentproto.CodeInvalidArgument, "no process selected")
+		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "no process selected")
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -60,9 +61,9 @@ func (t *processTable) find(sel *processSelector) (*process, error) {
 		}
 	}
 	if sel.Pid != nil {
-		return nil, errorf(agentproto.CodeNotFound, "process with pid %d not found", *sel.Pid)
+		return nil, rpc.Errorf(agentproto.CodeNotFound, "process with pid %d not found", *sel.Pid)
 	}
-	return nil, errorf(agentproto.CodeNotFound, "process with tag %q not found", *sel.Tag)
+	return nil, rpc.Errorf(agentproto.CodeNotFound, "process with tag %q not found", *sel.Tag)
 }
 
 // subscribe attaches a new stream to p's events. The channel is closed
@@ -73,7 +74,7 @@ func (p *process) subscribe() (chan *agentproto.ProcessEvent, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.subs == nil {
-		return nil, errorf(agentproto.CodeNotFound, "process %d has ended", p.info.Pid)
+		return nil, rpc.Errorf(agentproto.CodeNotFound, "process %d has ended", p.info.Pid)
 	}
 	p.subs[ch] = struct{}{}
 	return ch, nil
@@ -117,14 +118,14 @@ func (p *process) publish(ev *agentproto.ProcessEvent) {
 func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duration, id identity) (*process, chan *agentproto.ProcessEvent, error) {
 	cfg := req.Process
 	if cfg == nil || cfg.Cmd == "" {
-		return nil, nil, errorf(agentproto.CodeInvalidArgument, "no command")
+		return nil, nil, rpc.Errorf(agentproto.CodeInvalidArgument, "no command")
 	}
 	cwd := id.home
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cwd = t.a.resolveAs(id, *cfg.Cwd)
 	}
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return nil, nil, errorf(agentproto.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
+		return nil, nil, rpc.Errorf(agentproto.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
 	}
 	cmd := exec.Command(cfg.Cmd, cfg.Args...)
 	cmd.Dir = cwd
@@ -141,7 +142,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 	if req.Pty != nil {
 		master, slave, err := openPTY(req.Pty.Size)
 		if err != nil {
-			return nil, nil, errorf(agentproto.CodeInternal, "open pty: %v", err)
+			return nil, nil, rpc.Errorf(agentproto.CodeInternal, "open pty: %v", err)
 		}
 		childEnds = append(childEnds, slave)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
@@ -155,7 +156,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 			r, w, err := os.Pipe()
 			if err != nil {
 				closeFiles(outputs)
-				return nil, nil, errorf(agentproto.CodeInternal, "pipe: %v", err)
+				return nil, nil, rpc.Errorf(agentproto.CodeInternal, "pipe: %v", err)
 			}
 			*set = w
 			childEnds = append(childEnds, w)
@@ -166,7 +167,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 			r, w, err := os.Pipe()
 			if err != nil {
 				closeFiles(outputs)
-				return nil, nil, errorf(agentproto.CodeInternal, "pipe: %v", err)
+				return nil, nil, rpc.Errorf(agentproto.CodeInternal, "pipe: %v", err)
 			}
 			cmd.Stdin = r
 			childEnds = append(childEnds, r)
@@ -182,7 +183,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 		if p.stdin != nil {
 			p.stdin.Close()
 		}
-		return nil, nil, errorf(agentproto.CodeInvalidArgument, "start %s: %v", cfg.Cmd, errors.Unwrap(err))
+		return nil, nil, rpc.Errorf(agentproto.CodeInvalidArgument, "start %s: %v", cfg.Cmd, errors.Unwrap(err))
 	}
 	p.info.Pid = uint32(cmd.Process.Pid)
 	t.mu.Lock()
@@ -287,12 +288,12 @@ func (p *process) signal(sig unix.Signal) error {
 
 // streamEvents sends the events of sub to s until the process ends, the
 // client goes away or ctx ends, with keepalives while nothing happens.
-func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *agentproto.ProcessEvent, s *stream[agentproto.StartResponse]) error {
+func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *agentproto.ProcessEvent, s *rpc.Stream[agentproto.StartResponse]) error {
 	defer p.unsubscribe(sub)
 	if err := s.Send(&agentproto.StartResponse{Event: &agentproto.ProcessEvent{Start: &agentproto.StartEvent{Pid: p.info.Pid}}}); err != nil {
 		return err
 	}
-	ka := time.NewTicker(keepaliveInterval(r))
+	ka := time.NewTicker(rpc.KeepaliveInterval(r))
 	defer ka.Stop()
 	for {
 		select {
@@ -316,7 +317,7 @@ func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *ag
 	}
 }
 
-func (a *Agent) processStart(ctx context.Context, r *http.Request, req *agentproto.StartRequest, s *stream[agentproto.StartResponse]) error {
+func (a *Agent) processStart(ctx context.Context, r *http.Request, req *agentproto.StartRequest, s *rpc.Stream[agentproto.StartResponse]) error {
 	id, err := a.who(r)
 	if err != nil {
 		return err
@@ -332,7 +333,7 @@ func (a *Agent) processStart(ctx context.Context, r *http.Request, req *agentpro
 	return streamEvents(ctx, r, p, sub, s)
 }
 
-func (a *Agent) processConnect(ctx context.Context, r *http.Request, req *connectRequest, s *stream[agentproto.StartResponse]) error {
+func (a *Agent) processConnect(ctx context.Context, r *http.Request, req *connectRequest, s *rpc.Stream[agentproto.StartResponse]) error {
 	p, err := a.procs.find(req.Process)
 	if err != nil {
 		return err
@@ -354,41 +355,41 @@ func (a *Agent) processList(ctx context.Context, r *http.Request, _ *listRequest
 	return resp, nil
 }
 
-func (a *Agent) processSendInput(ctx context.Context, r *http.Request, req *sendInputRequest) (*empty, error) {
+func (a *Agent) processSendInput(ctx context.Context, r *http.Request, req *sendInputRequest) (*rpc.Empty, error) {
 	p, err := a.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
 	if req.Input == nil {
-		return &empty{}, nil
+		return &rpc.Empty{}, nil
 	}
 	if p.pty != nil {
 		if len(req.Input.Pty) == 0 && len(req.Input.Stdin) > 0 {
-			return nil, errorf(agentproto.CodeFailedPrecondition, "process %d has a PTY: send input to the pty", p.info.Pid)
+			return nil, rpc.Errorf(agentproto.CodeFailedPrecondition, "process %d has a PTY: send input to the pty", p.info.Pid)
 		}
 		if _, err := p.pty.Write(req.Input.Pty); err != nil {
-			return nil, errorf(agentproto.CodeInternal, "write to pty: %v", err)
+			return nil, rpc.Errorf(agentproto.CodeInternal, "write to pty: %v", err)
 		}
-		return &empty{}, nil
+		return &rpc.Empty{}, nil
 	}
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.stdin == nil {
-		return nil, errorf(agentproto.CodeFailedPrecondition, "stdin of process %d is not open", p.info.Pid)
+		return nil, rpc.Errorf(agentproto.CodeFailedPrecondition, "stdin of process %d is not open", p.info.Pid)
 	}
 	if _, err := p.stdin.Write(req.Input.Stdin); err != nil {
-		return nil, errorf(agentproto.CodeInternal, "write to stdin: %v", err)
+		return nil, rpc.Errorf(agentproto.CodeInternal, "write to stdin: %v", err)
 	}
-	return &empty{}, nil
+	return &rpc.Empty{}, nil
 }
 
-func (a *Agent) processCloseStdin(ctx context.Context, r *http.Request, req *closeStdinRequest) (*empty, error) {
+func (a *Agent) processCloseStdin(ctx context.Context, r *http.Request, req *closeStdinRequest) (*rpc.Empty, error) {
 	p, err := a.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
 	if p.pty != nil {
-		return nil, errorf(agentproto.CodeFailedPrecondition, "process %d has a PTY: send Ctrl-D (0x04) instead", p.info.Pid)
+		return nil, rpc.Errorf(agentproto.CodeFailedPrecondition, "process %d has a PTY: send Ctrl-D (0x04) instead", p.info.Pid)
 	}
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
@@ -396,10 +397,10 @@ func (a *Agent) processCloseStdin(ctx context.Context, r *http.Request, req *clo
 		p.stdin.Close()
 		p.stdin = nil
 	}
-	return &empty{}, nil
+	return &rpc.Empty{}, nil
 }
 
-func (a *Agent) processSendSignal(ctx context.Context, r *http.Request, req *sendSignalRequest) (*empty, error) {
+func (a *Agent) processSendSignal(ctx context.Context, r *http.Request, req *sendSignalRequest) (*rpc.Empty, error) {
 	p, err := a.procs.find(req.Process)
 	if err != nil {
 		return nil, err
@@ -411,28 +412,28 @@ func (a *Agent) processSendSignal(ctx context.Context, r *http.Request, req *sen
 	case "SIGNAL_SIGTERM", "15":
 		sig = unix.SIGTERM
 	default:
-		return nil, errorf(agentproto.CodeInvalidArgument, "unsupported signal %q", req.Signal)
+		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "unsupported signal %q", req.Signal)
 	}
 	if err := p.signal(sig); err != nil {
-		return nil, errorf(agentproto.CodeInternal, "signal process %d: %v", p.info.Pid, err)
+		return nil, rpc.Errorf(agentproto.CodeInternal, "signal process %d: %v", p.info.Pid, err)
 	}
-	return &empty{}, nil
+	return &rpc.Empty{}, nil
 }
 
-func (a *Agent) processUpdate(ctx context.Context, r *http.Request, req *updateRequest) (*empty, error) {
+func (a *Agent) processUpdate(ctx context.Context, r *http.Request, req *updateRequest) (*rpc.Empty, error) {
 	p, err := a.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
 	if req.Pty != nil && req.Pty.Size != nil {
 		if p.pty == nil {
-			return nil, errorf(agentproto.CodeFailedPrecondition, "process %d has no PTY", p.info.Pid)
+			return nil, rpc.Errorf(agentproto.CodeFailedPrecondition, "process %d has no PTY", p.info.Pid)
 		}
 		if err := setPTYSize(p.pty, req.Pty.Size); err != nil {
-			return nil, errorf(agentproto.CodeInternal, "resize pty: %v", err)
+			return nil, rpc.Errorf(agentproto.CodeInternal, "resize pty: %v", err)
 		}
 	}
-	return &empty{}, nil
+	return &rpc.Empty{}, nil
 }
 
 // openPTY opens a new pseudo-terminal pair in the sandbox's devpts.

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -35,7 +36,7 @@ func newWatcher(root string, req *watchRequest, emit func(filesystemEvent)) (*wa
 		return nil, fsError(root, err)
 	}
 	if !fi.IsDir() {
-		return nil, errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
+		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
 	}
 	// As envd (0.6.4): inotify sees only this machine's changes to a
 	// network file system, so watching one must be asked for.
@@ -44,11 +45,11 @@ func newWatcher(root string, req *watchRequest, emit func(filesystemEvent)) (*wa
 		return nil, fsError(root, err)
 	}
 	if networkFS(st.Type) && !req.AllowNetworkMounts {
-		return nil, errorf(agentproto.CodeInvalidArgument, "cannot watch '%s': it is on a network file system (allowNetworkMounts watches it anyway; changes made elsewhere are not seen)", root)
+		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "cannot watch '%s': it is on a network file system (allowNetworkMounts watches it anyway; changes made elsewhere are not seen)", root)
 	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return nil, errorf(agentproto.CodeResourceExhausted, "inotify: %v", err)
+		return nil, rpc.Errorf(agentproto.CodeResourceExhausted, "inotify: %v", err)
 	}
 	w := &watcher{
 		f: os.NewFile(uintptr(fd), "inotify"), root: root, recursive: req.Recursive,
@@ -156,7 +157,7 @@ func trimNUL(b []byte) []byte {
 	return b
 }
 
-func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchRequest, s *stream[watchDirResponse]) error {
+func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchRequest, s *rpc.Stream[watchDirResponse]) error {
 	events := make(chan filesystemEvent, 1024)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -170,10 +171,10 @@ func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchReque
 		return err
 	}
 	defer w.Close()
-	if err := s.Send(&watchDirResponse{Start: &empty{}}); err != nil {
+	if err := s.Send(&watchDirResponse{Start: &rpc.Empty{}}); err != nil {
 		return err
 	}
-	ka := time.NewTicker(keepaliveInterval(r))
+	ka := time.NewTicker(rpc.KeepaliveInterval(r))
 	defer ka.Stop()
 	for {
 		select {
@@ -182,7 +183,7 @@ func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchReque
 				return err
 			}
 		case <-ka.C:
-			if err := s.Send(&watchDirResponse{Keepalive: &empty{}}); err != nil {
+			if err := s.Send(&watchDirResponse{Keepalive: &rpc.Empty{}}); err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -232,7 +233,7 @@ func (a *Agent) polled(id string) (*polledWatcher, error) {
 	defer a.watchersMu.Unlock()
 	pw, ok := a.watchers[id]
 	if !ok {
-		return nil, errorf(agentproto.CodeNotFound, "watcher %q not found", id)
+		return nil, rpc.Errorf(agentproto.CodeNotFound, "watcher %q not found", id)
 	}
 	return pw, nil
 }
@@ -252,7 +253,7 @@ func (a *Agent) fsGetWatcherEvents(ctx context.Context, r *http.Request, req *wa
 	return resp, nil
 }
 
-func (a *Agent) fsRemoveWatcher(ctx context.Context, r *http.Request, req *watcherRequest) (*empty, error) {
+func (a *Agent) fsRemoveWatcher(ctx context.Context, r *http.Request, req *watcherRequest) (*rpc.Empty, error) {
 	pw, err := a.polled(req.WatcherID)
 	if err != nil {
 		return nil, err
@@ -261,5 +262,5 @@ func (a *Agent) fsRemoveWatcher(ctx context.Context, r *http.Request, req *watch
 	a.watchersMu.Lock()
 	delete(a.watchers, req.WatcherID)
 	a.watchersMu.Unlock()
-	return &empty{}, nil
+	return &rpc.Empty{}, nil
 }

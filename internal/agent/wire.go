@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/airlock-sandbox/airlock/internal/agentproto"
+import (
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
+)
 
 // The envd messages only the agent reads or writes, in the wire form of
 // those the daemon shares (agentproto's envd.go says what that form is).
@@ -28,8 +31,6 @@ type updateRequest struct {
 	Process *processSelector `json:"process"`
 	Pty     *agentproto.PTY  `json:"pty,omitempty"`
 }
-
-type empty struct{}
 
 type connectRequest struct {
 	Process *processSelector `json:"process"`
@@ -93,9 +94,9 @@ type filesystemEvent struct {
 }
 
 type watchDirResponse struct {
-	Start      *empty           `json:"start,omitempty"`
+	Start      *rpc.Empty       `json:"start,omitempty"`
 	Filesystem *filesystemEvent `json:"filesystem,omitempty"`
-	Keepalive  *empty           `json:"keepalive,omitempty"`
+	Keepalive  *rpc.Empty       `json:"keepalive,omitempty"`
 }
 
 type createWatcherResponse struct {

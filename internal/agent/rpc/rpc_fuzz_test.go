@@ -1,4 +1,4 @@
-package agent
+package rpc
 
 import (
 	"bytes"
@@ -16,6 +16,17 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
+// moveRequest and entryResponse are the messages of the fuzzers' method,
+// as filesystem.Filesystem/Move has them.
+type moveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+type entryResponse struct {
+	Entry *agentproto.EntryInfo `json:"entry"`
+}
+
 // echoMove is a method for the fuzzers: it answers a moveRequest with an
 // entry named by its source, or the error its destination names, and
 // records what it was called with.
@@ -30,7 +41,7 @@ func (e *echoMove) call(ctx context.Context, req *moveRequest) (*entryResponse, 
 	e.called, e.req, e.ctxErr = true, *req, ctx.Err()
 	e.deadline, _ = ctx.Deadline()
 	if req.Destination == "fail" {
-		return nil, errorf(agentproto.CodeNotFound, "no %s", req.Source)
+		return nil, Errorf(agentproto.CodeNotFound, "no %s", req.Source)
 	}
 	return &entryResponse{Entry: &agentproto.EntryInfo{Name: req.Source}}, nil
 }
@@ -64,7 +75,7 @@ func (e *echoMove) checkTimeout(t *testing.T, timeout string, start time.Time) {
 // client meant it, if it carries one.
 func decodeMove(body []byte) (moveRequest, bool) {
 	var req moveRequest
-	flags, msg, err := agentproto.ReadEnvelope(bytes.NewReader(body), maxMessage)
+	flags, msg, err := agentproto.ReadEnvelope(bytes.NewReader(body), MaxMessage)
 	if err != nil || flags&agentproto.FlagCompressed != 0 {
 		return req, false
 	}
@@ -104,7 +115,7 @@ func FuzzServerStream(f *testing.F) {
 	f.Add(envelope(0, `{}`), "", "")
 	f.Fuzz(func(t *testing.T, body []byte, contentType, timeout string) {
 		var e echoMove
-		h := serverStream(func(ctx context.Context, r *http.Request, req *moveRequest, s *stream[entryResponse]) error {
+		h := ServerStream(func(ctx context.Context, r *http.Request, req *moveRequest, s *Stream[entryResponse]) error {
 			resp, err := e.call(ctx, req)
 			if err != nil {
 				return err
@@ -123,7 +134,7 @@ func FuzzServerStream(f *testing.F) {
 		var msgs []string
 		var end agentproto.EndStream
 		for {
-			flags, msg, err := agentproto.ReadEnvelope(w.Body, maxMessage)
+			flags, msg, err := agentproto.ReadEnvelope(w.Body, MaxMessage)
 			if err != nil {
 				t.Fatalf("answer to %q: after %q: %v", body, msgs, err)
 			}
@@ -139,7 +150,7 @@ func FuzzServerStream(f *testing.F) {
 		if w.Body.Len() > 0 {
 			t.Errorf("%d bytes after the end of the stream", w.Body.Len())
 		}
-		if end.Error != nil && httpStatus[end.Error.Code] == 0 {
+		if end.Error != nil && statuses[end.Error.Code] == 0 {
 			t.Errorf("the stream ended with an error of no known code: %+v", end.Error)
 		}
 		if !e.called {
@@ -183,7 +194,7 @@ func FuzzUnary(f *testing.F) {
 	f.Add("POST", "application/json", []byte(`{}`), "-5")
 	f.Fuzz(func(t *testing.T, method, contentType string, body []byte, timeout string) {
 		var e echoMove
-		h := unary(func(ctx context.Context, r *http.Request, req *moveRequest) (*entryResponse, error) {
+		h := Unary(func(ctx context.Context, r *http.Request, req *moveRequest) (*entryResponse, error) {
 			return e.call(ctx, req)
 		})
 		r, err := http.NewRequest(method, "/filesystem.Filesystem/Move", bytes.NewReader(body))
@@ -199,7 +210,7 @@ func FuzzUnary(f *testing.F) {
 		h(w, r)
 		if w.Code != http.StatusOK {
 			var got agentproto.Error
-			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || httpStatus[got.Code] != w.Code {
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || statuses[got.Code] != w.Code {
 				t.Fatalf("a refusal %d %q: want a Connect error of that status (%v)", w.Code, w.Body, err)
 			}
 			if e.called && e.req.Destination != "fail" {
@@ -234,7 +245,7 @@ func FuzzKeepaliveInterval(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		r := httptest.NewRequest("POST", "/", nil)
 		r.Header.Set("Keepalive-Ping-Interval", v)
-		if d := keepaliveInterval(r); d <= 0 {
+		if d := KeepaliveInterval(r); d <= 0 {
 			t.Errorf("Keepalive-Ping-Interval %q: interval %v, want a positive one", v, d)
 		}
 	})
