@@ -7,29 +7,25 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/environ"
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // Agent serves one sandbox.
 type Agent struct {
-	log  *slog.Logger
-	home string
-	root bool // the agent runs as the sandbox's root: requests may ask for "root"
-
-	envMu sync.Mutex
-	base  []string          // the agent's own environment (PATH, LANG …)
-	vars  map[string]string // the sandbox's envVars, for every process
+	log   *slog.Logger
+	users identity.Users
+	env   *environ.Env
 
 	procs      processTable
 	watchersMu sync.Mutex
@@ -40,35 +36,17 @@ type Agent struct {
 	quiesce   func() // lets go of the daemon's socket (checkpoint.go); nil: it cannot
 }
 
-// New returns an agent for a sandbox whose user lives in home.
+// New returns an agent for a sandbox whose user lives in home, which acts
+// for that user alone.
 func New(log *slog.Logger, home string) *Agent {
-	a := &Agent{log: log, home: home, base: os.Environ(), vars: map[string]string{}, watchers: map[string]*polledWatcher{}}
+	return newAgent(log, identity.Users{Home: home})
+}
+
+func newAgent(log *slog.Logger, users identity.Users) *Agent {
+	a := &Agent{log: log, users: users, env: environ.New(os.Environ()), watchers: map[string]*polledWatcher{}}
 	a.procs = processTable{a: a, m: map[uint32]*process{}}
 	a.interp = newInterpreter(a)
 	return a
-}
-
-// env is a process's environment: the agent's own, then the sandbox's
-// envVars, then the request's, later ones winning.
-func (a *Agent) env(extra map[string]string) []string {
-	a.envMu.Lock()
-	defer a.envMu.Unlock()
-	m := map[string]string{}
-	for _, kv := range a.base {
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				m[kv[:i]] = kv[i+1:]
-				break
-			}
-		}
-	}
-	maps.Copy(m, a.vars)
-	maps.Copy(m, extra)
-	env := make([]string, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		env = append(env, k+"="+m[k])
-	}
-	return env
 }
 
 // Handler routes the envd protocol, and the code interpreter for requests
@@ -129,9 +107,7 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad setup: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	a.envMu.Lock()
-	maps.Copy(a.vars, s.EnvVars)
-	a.envMu.Unlock()
+	a.env.Set(s.EnvVars)
 	if len(s.EnvVars) > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 		a.interp.exportEnv(ctx, s.EnvVars)
@@ -143,7 +119,7 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
 	var d agentproto.Disk
 	seen := map[uint64]bool{} // one file system may hold both
-	for _, dir := range []string{"/tmp", a.home} {
+	for _, dir := range []string{"/tmp", a.users.Home} {
 		var st unix.Stat_t
 		var fs unix.Statfs_t
 		if unix.Stat(dir, &st) != nil || seen[st.Dev] || unix.Statfs(dir, &fs) != nil {
@@ -185,11 +161,10 @@ func Main() error {
 		home = "/home/user"
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	a := New(log, home)
 	// Started as the sandbox's root (a template made from an image), it
 	// acts for "root" and, as the kernel sees them, for "user".
-	a.root = os.Geteuid() == 0
-	if a.root {
+	a := newAgent(log, identity.Users{Home: home, Root: os.Geteuid() == 0})
+	if a.users.Root {
 		if err := a.serveSudo(); err != nil {
 			return err
 		}

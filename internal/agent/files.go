@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
@@ -32,7 +33,7 @@ func httpError(w http.ResponseWriter, e *agentproto.Error) {
 
 // getFile streams a file of the sandbox; it is never held in memory.
 func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		httpError(w, rpc.AsError(err))
 		return
@@ -42,9 +43,9 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 		httpError(w, rpc.Errorf(agentproto.CodeInvalidArgument, "no path given"))
 		return
 	}
-	p := a.resolveAs(id, path)
+	p := id.Resolve(path)
 	var f *os.File
-	err = a.as(id, func() (err error) { f, err = os.Open(p); return err })
+	err = a.users.As(id, func() (err error) { f, err = os.Open(p); return err })
 	if err != nil {
 		httpError(w, fsError(p, err))
 		return
@@ -78,7 +79,7 @@ type writtenFile struct {
 // "file" part per file, named by the query's path or by the part's file
 // name) or a raw body (application/octet-stream, gzip allowed).
 func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		httpError(w, rpc.AsError(err))
 		return
@@ -155,14 +156,14 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 
 // writeFile writes body to dest as id, and gives the file the metadata md
 // (replacing what it had).
-func (a *Agent) writeFile(id identity, dest string, md map[string]string, body io.Reader) (writtenFile, *agentproto.Error) {
+func (a *Agent) writeFile(id identity.ID, dest string, md map[string]string, body io.Reader) (writtenFile, *agentproto.Error) {
 	if dest == "" {
 		return writtenFile{}, rpc.Errorf(agentproto.CodeInvalidArgument, "no path given for the file")
 	}
-	p := a.resolveAs(id, dest)
+	p := id.Resolve(dest)
 	written := writtenFile{Name: filepath.Base(p), Type: "file", Path: p}
 	var fail *agentproto.Error
-	err := a.as(id, func() error {
+	err := a.users.As(id, func() error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			fail = fsError(filepath.Dir(p), err)
 			return nil

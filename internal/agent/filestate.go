@@ -125,7 +125,7 @@ func (a *Agent) postFileState(w http.ResponseWriter, r *http.Request) {
 		if name == "." {
 			continue // the directory itself is the new sandbox's, as made
 		}
-		if err := writeEntry(root, name, hdr, tr, a.root); err != nil {
+		if err := writeEntry(root, name, hdr, tr, a.users.Root); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}

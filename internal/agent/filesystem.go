@@ -22,10 +22,6 @@ import (
 // touches is a path of the sandbox, and no symlink planted by sandbox code
 // can lead to a host file, because no host file is reachable from here.
 
-// resolve makes p absolute for the sandbox user: "~" is its home,
-// relative paths start there too (as in envd).
-func (a *Agent) resolve(p string) string { return a.resolveAs(a.userIdentity(), p) }
-
 // fsError maps a file-system error to a Connect error naming the path.
 func fsError(path string, err error) *agentproto.Error {
 	var e *agentproto.Error
@@ -123,25 +119,25 @@ func statEntry(path string) (*agentproto.EntryInfo, error) {
 }
 
 func (a *Agent) fsStat(ctx context.Context, r *http.Request, req *pathRequest) (*entryResponse, error) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		return nil, err
 	}
 	var e *agentproto.EntryInfo
-	if err := a.as(id, func() (err error) { e, err = statEntry(a.resolveAs(id, req.Path)); return err }); err != nil {
+	if err := a.users.As(id, func() (err error) { e, err = statEntry(id.Resolve(req.Path)); return err }); err != nil {
 		return nil, err
 	}
 	return &entryResponse{Entry: e}, nil
 }
 
 func (a *Agent) fsMakeDir(ctx context.Context, r *http.Request, req *pathRequest) (*entryResponse, error) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		return nil, err
 	}
-	p := a.resolveAs(id, req.Path)
+	p := id.Resolve(req.Path)
 	var e *agentproto.EntryInfo
-	err = a.as(id, func() error {
+	err = a.users.As(id, func() error {
 		if fi, err := os.Stat(p); err == nil {
 			if fi.IsDir() {
 				return rpc.Errorf(agentproto.CodeAlreadyExists, "directory '%s' already exists", p)
@@ -161,13 +157,13 @@ func (a *Agent) fsMakeDir(ctx context.Context, r *http.Request, req *pathRequest
 }
 
 func (a *Agent) fsMove(ctx context.Context, r *http.Request, req *moveRequest) (*entryResponse, error) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		return nil, err
 	}
-	src, dst := a.resolveAs(id, req.Source), a.resolveAs(id, req.Destination)
+	src, dst := id.Resolve(req.Source), id.Resolve(req.Destination)
 	var e *agentproto.EntryInfo
-	err = a.as(id, func() error {
+	err = a.users.As(id, func() error {
 		if _, err := os.Lstat(src); err != nil {
 			return fsError(src, err)
 		}
@@ -187,13 +183,13 @@ func (a *Agent) fsMove(ctx context.Context, r *http.Request, req *moveRequest) (
 }
 
 func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest) (*rpc.Empty, error) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		return nil, err
 	}
-	p := a.resolveAs(id, req.Path)
+	p := id.Resolve(req.Path)
 	// As envd: removing what is not there succeeds.
-	err = a.as(id, func() error {
+	err = a.users.As(id, func() error {
 		if err := os.RemoveAll(p); err != nil {
 			return fsError(p, err)
 		}
@@ -210,12 +206,12 @@ func (a *Agent) fsRemove(ctx context.Context, r *http.Request, req *pathRequest)
 const maxListEntries = 100_000
 
 func (a *Agent) fsListDir(ctx context.Context, r *http.Request, req *agentproto.ListDirRequest) (*agentproto.ListDirResponse, error) {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		return nil, err
 	}
 	var resp *agentproto.ListDirResponse
-	err = a.as(id, func() (err error) { resp, err = a.listDir(ctx, a.resolveAs(id, req.Path), req); return err })
+	err = a.users.As(id, func() (err error) { resp, err = a.listDir(ctx, id.Resolve(req.Path), req); return err })
 	return resp, err
 }
 

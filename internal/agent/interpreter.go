@@ -85,9 +85,9 @@ func (in *interpreter) startKernel(ctx context.Context, c *codeContext) error {
 		return fmt.Errorf("no Jupyter kernel for %s is installed", c.lang.name)
 	}
 	k, err := jupyter.Start(ctx, spec, jupyter.Options{
-		Cwd: c.Cwd, Env: in.a.env(kernelEnv),
+		Cwd: c.Cwd, Env: in.a.env.For(kernelEnv),
 		// Kernels run as the sandbox user, whoever the agent is.
-		Cred: in.a.credential(in.a.userIdentity()),
+		Cred: in.a.users.Credential(in.a.users.User()),
 		Args: c.lang.args, Files: c.lang.files, LateOutput: c.lang.late,
 	})
 	if err != nil {
@@ -104,9 +104,9 @@ func (in *interpreter) newContext(ctx context.Context, language, cwd string) (*c
 		return nil, err
 	}
 	if cwd == "" {
-		cwd = in.a.home
+		cwd = in.a.users.Home
 	}
-	c := &codeContext{ID: newWatcherID(), Language: lang.name, lang: lang, Cwd: in.a.resolve(cwd), created: time.Now()}
+	c := &codeContext{ID: newWatcherID(), Language: lang.name, lang: lang, Cwd: in.a.users.User().Resolve(cwd), created: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := in.startKernel(ctx, c); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agent/tasks"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -115,21 +116,21 @@ func (p *process) publish(ev *agentproto.ProcessEvent) {
 }
 
 // start launches cfg as id and registers it.
-func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duration, id identity) (*process, chan *agentproto.ProcessEvent, error) {
+func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duration, id identity.ID) (*process, chan *agentproto.ProcessEvent, error) {
 	cfg := req.Process
 	if cfg == nil || cfg.Cmd == "" {
 		return nil, nil, rpc.Errorf(agentproto.CodeInvalidArgument, "no command")
 	}
-	cwd := id.home
+	cwd := id.Home
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		cwd = t.a.resolveAs(id, *cfg.Cwd)
+		cwd = id.Resolve(*cfg.Cwd)
 	}
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return nil, nil, rpc.Errorf(agentproto.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
 	}
 	cmd := exec.Command(cfg.Cmd, cfg.Args...)
 	cmd.Dir = cwd
-	cmd.Env = t.a.envFor(id, cfg.Envs)
+	cmd.Env = t.a.env.ForID(id, cfg.Envs)
 	p := &process{
 		info: processInfo{Config: cfg, Tag: req.Tag},
 		cmd:  cmd,
@@ -176,7 +177,7 @@ func (t *processTable) start(req *agentproto.StartRequest, deadline time.Duratio
 		// Its own process group, so that a signal reaches what it started.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
-	cmd.SysProcAttr.Credential = t.a.credential(id)
+	cmd.SysProcAttr.Credential = t.a.users.Credential(id)
 	sub, _ := p.subscribe() // cannot fail: p has not started
 	if err := tasks.Start(cmd); err != nil {
 		closeFiles(outputs)
@@ -318,7 +319,7 @@ func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *ag
 }
 
 func (a *Agent) processStart(ctx context.Context, r *http.Request, req *agentproto.StartRequest, s *rpc.Stream[agentproto.StartResponse]) error {
-	id, err := a.who(r)
+	id, err := a.users.Who(r)
 	if err != nil {
 		return err
 	}

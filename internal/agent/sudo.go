@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/tasks"
 )
 
@@ -113,7 +114,7 @@ func probePeerCredentials(ln *net.UnixListener) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		restore, err := actAs(identity{name: "nobody", uid: nobody, gid: nobody})
+		restore, err := identity.ActAs(identity.ID{Name: "nobody", UID: nobody, GID: nobody})
 		if err != nil {
 			errc <- err
 			return // the thread stays locked, and goes
@@ -163,8 +164,8 @@ func (a *Agent) sudo(c *net.UnixConn) {
 		fail("cannot tell who is asking: %v", err)
 		return
 	}
-	if uid != sandboxUser.uid && uid != rootUser.uid {
-		fail("uid %d is not allowed to use sudo (only %s is)", uid, sandboxUser.name)
+	if uid != identity.User.UID && uid != identity.Root.UID {
+		fail("uid %d is not allowed to use sudo (only %s is)", uid, identity.User.Name)
 		return
 	}
 	req, stdio, rest, err := readSudoRequest(c)
@@ -173,12 +174,12 @@ func (a *Agent) sudo(c *net.UnixConn) {
 		fail("%v", err)
 		return
 	}
-	var id identity
+	var id identity.ID
 	switch req.User {
 	case "root":
-		id = rootUser
-	case sandboxUser.name:
-		id = a.userIdentity()
+		id = identity.Root
+	case identity.User.Name:
+		id = a.users.User()
 	default:
 		fail("unknown user %s", req.User)
 		return
@@ -188,7 +189,7 @@ func (a *Agent) sudo(c *net.UnixConn) {
 		fail("%v", err)
 		return
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.credential(id)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.users.Credential(id)}
 	if err := tasks.Start(cmd); err != nil {
 		fail("%s: %v", req.Argv[0], errors.Unwrap(err))
 		return

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 )
 
 // SudoMain is sudo inside a sandbox (see sudo.go): it takes sudo's usual
@@ -36,7 +38,7 @@ func SudoMain(args []string) int {
 	case "validate":
 		return 0 // no password, so nothing to validate
 	case "list":
-		fmt.Printf("User %s may run the following commands on this sandbox:\n    (ALL : ALL) NOPASSWD: ALL\n", sandboxUser.name)
+		fmt.Printf("User %s may run the following commands on this sandbox:\n    (ALL : ALL) NOPASSWD: ALL\n", identity.User.Name)
 		return 0
 	}
 	req, err := o.request()
@@ -183,7 +185,7 @@ func parseSudo(args []string) (*sudoOptions, error) {
 	case "#0":
 		o.user = "root"
 	case "#1000":
-		o.user = sandboxUser.name
+		o.user = identity.User.Name
 	}
 	if o.mode == "" && len(o.argv) == 0 && !o.login && !o.shell {
 		if slices.ContainsFunc(args, func(a string) bool {
@@ -232,9 +234,9 @@ func (o *sudoOptions) request() (*sudoRequest, error) {
 	env["PATH"] = securePath
 	env["SHELL"] = shell
 	env["USER"], env["LOGNAME"] = o.user, o.user
-	env["SUDO_USER"] = sandboxUser.name
-	if os.Getuid() == rootUser.uid {
-		env["SUDO_USER"] = rootUser.name
+	env["SUDO_USER"] = identity.User.Name
+	if os.Getuid() == identity.Root.UID {
+		env["SUDO_USER"] = identity.Root.Name
 	}
 	env["SUDO_UID"], env["SUDO_GID"] = fmt.Sprint(os.Getuid()), fmt.Sprint(os.Getgid())
 	env["SUDO_COMMAND"] = strings.Join(o.argv, " ")
@@ -329,7 +331,7 @@ func runSudo(req *sudoRequest) (int, error) {
 	defer c.Close()
 	// The name is the agent's only while it serves: whoever else holds it
 	// must not be handed this command's stdio and environment.
-	if uid, err := peerUID(c); err != nil || uid != rootUser.uid {
+	if uid, err := peerUID(c); err != nil || uid != identity.Root.UID {
 		return 0, errors.New("the sudo socket is not the agent's")
 	}
 	line, err := json.Marshal(req)

@@ -22,7 +22,7 @@ import (
 // written through an os.Root of dir, so that no name, symlink or link of
 // the stream lands outside it.
 func (a *Agent) untar(w http.ResponseWriter, r *http.Request) {
-	if !a.root {
+	if !a.users.Root {
 		http.Error(w, "only a sandbox's root can lay out files for others", http.StatusForbidden)
 		return
 	}

@@ -161,7 +161,7 @@ func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchReque
 	events := make(chan filesystemEvent, 1024)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := newWatcher(a.resolve(req.Path), req, func(ev filesystemEvent) {
+	w, err := newWatcher(a.users.User().Resolve(req.Path), req, func(ev filesystemEvent) {
 		select {
 		case events <- ev:
 		case <-ctx.Done():
@@ -211,7 +211,7 @@ type polledWatcher struct {
 func (a *Agent) fsCreateWatcher(ctx context.Context, r *http.Request, req *watchRequest) (*createWatcherResponse, error) {
 	id := newWatcherID()
 	pw := &polledWatcher{}
-	w, err := newWatcher(a.resolve(req.Path), req, func(ev filesystemEvent) {
+	w, err := newWatcher(a.users.User().Resolve(req.Path), req, func(ev filesystemEvent) {
 		pw.mu.Lock()
 		if len(pw.events) < maxPolledEvents {
 			pw.events = append(pw.events, ev)

@@ -62,12 +62,16 @@ var allowed = map[string][]string{
 
 	// The agent: its wiring, then its services, each a package that
 	// imports the shared ones below it and no other service.
-	"internal/agent":         {"internal/agent/jupyter", "internal/agent/tasks", "internal/agent/rpc", "internal/agentproto"},
+	"internal/agent": {"internal/agent/jupyter", "internal/agent/tasks", "internal/agent/rpc", "internal/agent/identity",
+		"internal/agent/environ", "internal/agentproto"},
 	"internal/agent/jupyter": {"internal/agent/tasks"},
 	// What the services share: the Connect protocol they are served in,
-	// and the reserve of tasks their children leave the agent.
-	"internal/agent/rpc":   {"internal/agentproto"},
-	"internal/agent/tasks": {"internal/agentproto"},
+	// whom they act for, the environment and the reserve of tasks of the
+	// processes they start.
+	"internal/agent/rpc":      {"internal/agentproto"},
+	"internal/agent/identity": {"internal/agent/rpc", "internal/agentproto"},
+	"internal/agent/environ":  {"internal/agent/identity"},
+	"internal/agent/tasks":    {"internal/agentproto"},
 
 	// The network's host side: a peer of the backends, which never see
 	// more of it than a namespace to run in.
