@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent/environ"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
+	"github.com/airlock-sandbox/airlock/internal/agent/process"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
@@ -27,7 +28,7 @@ type Agent struct {
 	users identity.Users
 	env   *environ.Env
 
-	procs      processTable
+	procs      *process.Service
 	watchersMu sync.Mutex
 	watchers   map[string]*polledWatcher
 	interp     *interpreter
@@ -44,7 +45,7 @@ func New(log *slog.Logger, home string) *Agent {
 
 func newAgent(log *slog.Logger, users identity.Users) *Agent {
 	a := &Agent{log: log, users: users, env: environ.New(os.Environ()), watchers: map[string]*polledWatcher{}}
-	a.procs = processTable{a: a, m: map[uint32]*process{}}
+	a.procs = process.New(users, a.env)
 	a.interp = newInterpreter(a)
 	return a
 }
@@ -78,16 +79,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.SavedFilesPath, a.postFileState)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
-	mux.Handle(agentproto.StartProcedure, rpc.ServerStream(a.processStart))
-	mux.Handle("/process.Process/Connect", rpc.ServerStream(a.processConnect))
-	mux.Handle("/process.Process/List", rpc.Unary(a.processList))
-	mux.Handle("/process.Process/SendInput", rpc.Unary(a.processSendInput))
-	mux.Handle("/process.Process/SendSignal", rpc.Unary(a.processSendSignal))
-	mux.Handle("/process.Process/CloseStdin", rpc.Unary(a.processCloseStdin))
-	mux.Handle("/process.Process/Update", rpc.Unary(a.processUpdate))
-	mux.Handle("/process.Process/StreamInput", rpc.Unary(func(context.Context, *http.Request, *rpc.Empty) (*rpc.Empty, error) {
-		return nil, rpc.Errorf(agentproto.CodeUnimplemented, "StreamInput is not implemented; use SendInput")
-	}))
+	a.procs.Register(mux)
 
 	mux.Handle("/filesystem.Filesystem/Stat", rpc.Unary(a.fsStat))
 	mux.Handle("/filesystem.Filesystem/MakeDir", rpc.Unary(a.fsMakeDir))

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 )
 
 type entry struct {
@@ -38,7 +40,7 @@ type entryResponse struct {
 func stat(t *testing.T, url, path string) entry {
 	t.Helper()
 	var r entryResponse
-	mustUnary(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": path}, &r)
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": path}, &r)
 	return r.Entry
 }
 
@@ -47,7 +49,7 @@ func listDir(t *testing.T, url, path string, depth int) []entry {
 	var r struct {
 		Entries []entry `json:"entries"`
 	}
-	mustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
 	return r.Entries
 }
 
@@ -68,15 +70,15 @@ func TestFilesystem(t *testing.T) {
 	}
 
 	var made entryResponse
-	mustUnary(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, &made)
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, &made)
 	if e := made.Entry; e.Name != "b" || e.Type != "FILE_TYPE_DIRECTORY" || e.Path != filepath.Join(home, "a/b") {
 		t.Errorf("MakeDir a/b: %+v, want the directory b in the home", e)
 	}
-	wantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, "already_exists", 409)
+	rpctest.WantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, "already_exists", 409)
 	if err := os.WriteFile(filepath.Join(home, "a/b/f.txt"), []byte("hello"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
+	rpctest.WantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
 
 	e := stat(t, url, "a/b/f.txt")
 	if e.Name != "f.txt" || e.Type != "FILE_TYPE_FILE" || e.Size != "5" || e.Mode != 0o640 || e.Permissions != "-rw-r-----" ||
@@ -89,7 +91,7 @@ func TestFilesystem(t *testing.T) {
 	if e := stat(t, url, filepath.Join(home, "a")); e.Path != filepath.Join(home, "a") {
 		t.Errorf("Stat of an absolute path: %+v", e)
 	}
-	wantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "nope"}, "not_found", 404)
+	rpctest.WantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "nope"}, "not_found", 404)
 
 	// Links: to a file, the file's type and the target; dangling, a link.
 	os.Symlink("a/b/f.txt", filepath.Join(home, "link"))
@@ -119,23 +121,23 @@ func TestFilesystem(t *testing.T) {
 			t.Errorf("ListDir %s depth %d: %v, want %v", tc.path, tc.depth, got, want)
 		}
 	}
-	wantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
-	wantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "nope"}, "not_found", 404)
+	rpctest.WantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
+	rpctest.WantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "nope"}, "not_found", 404)
 
 	var moved entryResponse
-	mustUnary(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "a/b/f.txt", "destination": "c/g.txt"}, &moved)
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "a/b/f.txt", "destination": "c/g.txt"}, &moved)
 	if moved.Entry.Path != filepath.Join(home, "c/g.txt") || moved.Entry.Size != "5" {
 		t.Errorf("Move: %+v, want c/g.txt, its parent made", moved.Entry)
 	}
-	wantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/f.txt"}, "not_found", 404)
-	wantError(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "nope", "destination": "x"}, "not_found", 404)
+	rpctest.WantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/f.txt"}, "not_found", 404)
+	rpctest.WantError(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "nope", "destination": "x"}, "not_found", 404)
 
-	mustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil)
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil)
 	if _, err := os.Stat(filepath.Join(home, "a")); !os.IsNotExist(err) {
 		t.Errorf("a after Remove: %v", err)
 	}
-	mustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil) // gone already: as envd, no error
-	if e := wantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a"}, "not_found", 404); e.Message == "" {
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil) // gone already: as envd, no error
+	if e := rpctest.WantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a"}, "not_found", 404); e.Message == "" {
 		t.Error("a not-found error without a message")
 	}
 }
@@ -159,7 +161,7 @@ func TestUnaryProtocolErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var e rpcError
+			var e rpctest.Error
 			if json.NewDecoder(resp.Body).Decode(&e); resp.StatusCode != tc.want || e.Code == "" {
 				t.Errorf("got %d %+v, want %d with a Connect error", resp.StatusCode, e, tc.want)
 			}

@@ -2,17 +2,11 @@ package agent_test
 
 import (
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
-
-// client is the daemon's client of the agent served at url.
-func client(url string) *agentproto.Client {
-	return &agentproto.Client{Transport: http.DefaultTransport, URL: url}
-}
 
 // TestPrivateEndpoints: the daemon's typed calls reach the endpoints the
 // agent registers, and get the answers it gives outside a sandbox.

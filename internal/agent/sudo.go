@@ -358,3 +358,9 @@ func readSudoRequest(c *net.UnixConn) (*sudoRequest, []*os.File, io.Reader, erro
 	}
 	return &req, stdio, r, nil
 }
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}

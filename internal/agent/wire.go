@@ -8,53 +8,6 @@ import (
 // The envd messages only the agent reads or writes, in the wire form of
 // those the daemon shares (agentproto's envd.go says what that form is).
 
-// process.proto
-
-type processInfo struct {
-	Config *agentproto.ProcessConfig `json:"config,omitempty"`
-	Pid    uint32                    `json:"pid,omitempty"`
-	Tag    *string                   `json:"tag,omitempty"`
-}
-
-type listRequest struct{}
-
-type listResponse struct {
-	Processes []processInfo `json:"processes,omitempty"`
-}
-
-type processSelector struct {
-	Pid *uint32 `json:"pid,omitempty"`
-	Tag *string `json:"tag,omitempty"`
-}
-
-type updateRequest struct {
-	Process *processSelector `json:"process"`
-	Pty     *agentproto.PTY  `json:"pty,omitempty"`
-}
-
-type connectRequest struct {
-	Process *processSelector `json:"process"`
-}
-
-type processInput struct {
-	Stdin []byte `json:"stdin,omitempty"`
-	Pty   []byte `json:"pty,omitempty"`
-}
-
-type sendInputRequest struct {
-	Process *processSelector `json:"process"`
-	Input   *processInput    `json:"input"`
-}
-
-type sendSignalRequest struct {
-	Process *processSelector `json:"process"`
-	Signal  string           `json:"signal"`
-}
-
-type closeStdinRequest struct {
-	Process *processSelector `json:"process"`
-}
-
 // filesystem.proto
 
 type pathRequest struct {
