@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent/environ"
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/process"
-	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -28,10 +28,9 @@ type Agent struct {
 	users identity.Users
 	env   *environ.Env
 
-	procs      *process.Service
-	watchersMu sync.Mutex
-	watchers   map[string]*polledWatcher
-	interp     *interpreter
+	procs  *process.Service
+	fs     *filesystem.Service
+	interp *interpreter
 
 	quiesceMu sync.Mutex
 	quiesce   func() // lets go of the daemon's socket (checkpoint.go); nil: it cannot
@@ -44,8 +43,9 @@ func New(log *slog.Logger, home string) *Agent {
 }
 
 func newAgent(log *slog.Logger, users identity.Users) *Agent {
-	a := &Agent{log: log, users: users, env: environ.New(os.Environ()), watchers: map[string]*polledWatcher{}}
+	a := &Agent{log: log, users: users, env: environ.New(os.Environ())}
 	a.procs = process.New(users, a.env)
+	a.fs = filesystem.New(users)
 	a.interp = newInterpreter(a)
 	return a
 }
@@ -70,7 +70,6 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("GET "+agentproto.FilesPath, a.getFile)
 	mux.HandleFunc("POST "+agentproto.FilesPath, a.postFile)
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
-	mux.HandleFunc("GET "+agentproto.DiskPath, a.disk)
 	mux.HandleFunc("POST "+agentproto.CheckpointPath, a.checkpoint)
 	mux.HandleFunc("POST "+agentproto.SettlePath, a.settle)
 	mux.HandleFunc("POST "+agentproto.ReseedPath, a.reseed)
@@ -81,15 +80,7 @@ func (a *Agent) envdHandler() http.Handler {
 
 	a.procs.Register(mux)
 
-	mux.Handle("/filesystem.Filesystem/Stat", rpc.Unary(a.fsStat))
-	mux.Handle("/filesystem.Filesystem/MakeDir", rpc.Unary(a.fsMakeDir))
-	mux.Handle("/filesystem.Filesystem/Move", rpc.Unary(a.fsMove))
-	mux.Handle(agentproto.ListDirProcedure, rpc.Unary(a.fsListDir))
-	mux.Handle("/filesystem.Filesystem/Remove", rpc.Unary(a.fsRemove))
-	mux.Handle("/filesystem.Filesystem/WatchDir", rpc.ServerStream(a.fsWatchDir))
-	mux.Handle("/filesystem.Filesystem/CreateWatcher", rpc.Unary(a.fsCreateWatcher))
-	mux.Handle("/filesystem.Filesystem/GetWatcherEvents", rpc.Unary(a.fsGetWatcherEvents))
-	mux.Handle("/filesystem.Filesystem/RemoveWatcher", rpc.Unary(a.fsRemoveWatcher))
+	a.fs.Register(mux)
 	return mux
 }
 
@@ -106,22 +97,6 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
-	var d agentproto.Disk
-	seen := map[uint64]bool{} // one file system may hold both
-	for _, dir := range []string{"/tmp", a.users.Home} {
-		var st unix.Stat_t
-		var fs unix.Statfs_t
-		if unix.Stat(dir, &st) != nil || seen[st.Dev] || unix.Statfs(dir, &fs) != nil {
-			continue
-		}
-		seen[st.Dev] = true
-		d.Used += int64(fs.Blocks-fs.Bfree) * fs.Bsize
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(d)
 }
 
 // Serve answers on ln until ctx ends.

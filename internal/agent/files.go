@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -47,13 +48,13 @@ func (a *Agent) getFile(w http.ResponseWriter, r *http.Request) {
 	var f *os.File
 	err = a.users.As(id, func() (err error) { f, err = os.Open(p); return err })
 	if err != nil {
-		httpError(w, fsError(p, err))
+		httpError(w, filesystem.PathError(p, err))
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		httpError(w, fsError(p, err))
+		httpError(w, filesystem.PathError(p, err))
 		return
 	}
 	if fi.IsDir() {
@@ -85,7 +86,7 @@ func (a *Agent) postFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := r.URL.Query().Get("path")
-	md, e := uploadMetadata(r.Header)
+	md, e := filesystem.UploadMetadata(r.Header)
 	if e != nil {
 		httpError(w, e)
 		return
@@ -165,26 +166,26 @@ func (a *Agent) writeFile(id identity.ID, dest string, md map[string]string, bod
 	var fail *agentproto.Error
 	err := a.users.As(id, func() error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			fail = fsError(filepath.Dir(p), err)
+			fail = filesystem.PathError(filepath.Dir(p), err)
 			return nil
 		}
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
-			fail = fsError(p, err)
+			fail = filesystem.PathError(p, err)
 			return nil
 		}
 		_, err = io.Copy(f, body)
 		if err == nil {
-			err = setMetadata(f, md)
+			err = filesystem.SetMetadata(f, md)
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			fail = fsError(p, err)
+			fail = filesystem.PathError(p, err)
 			return nil
 		}
-		written.Metadata = metadataOf(p)
+		written.Metadata = filesystem.Metadata(p)
 		return nil
 	})
 	if err != nil { // the identity could not be taken: nothing was written

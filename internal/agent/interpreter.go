@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,7 +108,7 @@ func (in *interpreter) newContext(ctx context.Context, language, cwd string) (*c
 	if cwd == "" {
 		cwd = in.a.users.Home
 	}
-	c := &codeContext{ID: newWatcherID(), Language: lang.name, lang: lang, Cwd: in.a.users.User().Resolve(cwd), created: time.Now()}
+	c := &codeContext{ID: newID(), Language: lang.name, lang: lang, Cwd: in.a.users.User().Resolve(cwd), created: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := in.startKernel(ctx, c); err != nil {
@@ -558,4 +560,11 @@ func (in *interpreter) restartContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// newID is a random id for a context.
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

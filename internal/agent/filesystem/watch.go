@@ -1,14 +1,9 @@
-package agent
+package filesystem
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +11,51 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
+
+type watchRequest struct {
+	Path               string `json:"path"`
+	Recursive          bool   `json:"recursive"`
+	IncludeEntry       bool   `json:"includeEntry"`
+	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
+}
+
+type eventType string
+
+const (
+	eventCreate eventType = "EVENT_TYPE_CREATE"
+	eventWrite  eventType = "EVENT_TYPE_WRITE"
+	eventRemove eventType = "EVENT_TYPE_REMOVE"
+	eventRename eventType = "EVENT_TYPE_RENAME"
+	eventChmod  eventType = "EVENT_TYPE_CHMOD"
+)
+
+// filesystemEvent is one change a watcher saw, named relative to the
+// watched directory.
+type filesystemEvent struct {
+	Name  string                `json:"name"`
+	Type  eventType             `json:"type"`
+	Entry *agentproto.EntryInfo `json:"entry,omitempty"`
+}
+
+// inotify events the watchers ask for, and how they map to envd's types.
+const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MODIFY | unix.IN_CLOSE_WRITE |
+	unix.IN_DELETE | unix.IN_DELETE_SELF | unix.IN_MOVED_FROM | unix.IN_MOVE_SELF | unix.IN_ATTRIB
+
+func eventTypeOf(mask uint32) (eventType, bool) {
+	switch {
+	case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+		return eventCreate, true
+	case mask&unix.IN_MODIFY != 0:
+		return eventWrite, true
+	case mask&(unix.IN_DELETE|unix.IN_DELETE_SELF) != 0:
+		return eventRemove, true
+	case mask&(unix.IN_MOVED_FROM|unix.IN_MOVE_SELF) != 0:
+		return eventRename, true
+	case mask&unix.IN_ATTRIB != 0:
+		return eventChmod, true
+	}
+	return "", false
+}
 
 // watcher reports changes under a directory through inotify, recursively
 // if asked: new subdirectories get watches of their own as they appear.
@@ -33,7 +73,7 @@ type watcher struct {
 func newWatcher(root string, req *watchRequest, emit func(filesystemEvent)) (*watcher, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
-		return nil, fsError(root, err)
+		return nil, PathError(root, err)
 	}
 	if !fi.IsDir() {
 		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "path '%s' is not a directory", root)
@@ -42,7 +82,7 @@ func newWatcher(root string, req *watchRequest, emit func(filesystemEvent)) (*wa
 	// network file system, so watching one must be asked for.
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err != nil {
-		return nil, fsError(root, err)
+		return nil, PathError(root, err)
 	}
 	if networkFS(st.Type) && !req.AllowNetworkMounts {
 		return nil, rpc.Errorf(agentproto.CodeInvalidArgument, "cannot watch '%s': it is on a network file system (allowNetworkMounts watches it anyway; changes made elsewhere are not seen)", root)
@@ -67,7 +107,7 @@ func newWatcher(root string, req *watchRequest, emit func(filesystemEvent)) (*wa
 func (w *watcher) add(dir string) error {
 	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, watchMask)
 	if err != nil {
-		return fsError(dir, err)
+		return PathError(dir, err)
 	}
 	w.mu.Lock()
 	w.wds[wd] = dir
@@ -130,7 +170,7 @@ func (w *watcher) handle(wd int, mask uint32, name string) {
 	// remove or rename, a stat could find a newer file made there since.
 	if w.includeEntry && (typ == eventCreate || typ == eventWrite || typ == eventChmod) {
 		if fi, err := os.Lstat(path); err == nil {
-			ev.Entry = entry(path, fi)
+			ev.Entry = Entry(path, fi)
 		}
 	}
 	w.emit(ev)
@@ -155,112 +195,4 @@ func trimNUL(b []byte) []byte {
 		}
 	}
 	return b
-}
-
-func (a *Agent) fsWatchDir(ctx context.Context, r *http.Request, req *watchRequest, s *rpc.Stream[watchDirResponse]) error {
-	events := make(chan filesystemEvent, 1024)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := newWatcher(a.users.User().Resolve(req.Path), req, func(ev filesystemEvent) {
-		select {
-		case events <- ev:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if err := s.Send(&watchDirResponse{Start: &rpc.Empty{}}); err != nil {
-		return err
-	}
-	ka := time.NewTicker(rpc.KeepaliveInterval(r))
-	defer ka.Stop()
-	for {
-		select {
-		case ev := <-events:
-			if err := s.Send(&watchDirResponse{Filesystem: &ev}); err != nil {
-				return err
-			}
-		case <-ka.C:
-			if err := s.Send(&watchDirResponse{Keepalive: &rpc.Empty{}}); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return nil // the client stopped watching
-		}
-	}
-}
-
-// newWatcherID is a random id for watchers and interpreter contexts.
-func newWatcherID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// maxPolledEvents bounds what a polling watcher keeps between two polls.
-const maxPolledEvents = 10_000
-
-type polledWatcher struct {
-	w      *watcher
-	mu     sync.Mutex
-	events []filesystemEvent
-}
-
-func (a *Agent) fsCreateWatcher(ctx context.Context, r *http.Request, req *watchRequest) (*createWatcherResponse, error) {
-	id := newWatcherID()
-	pw := &polledWatcher{}
-	w, err := newWatcher(a.users.User().Resolve(req.Path), req, func(ev filesystemEvent) {
-		pw.mu.Lock()
-		if len(pw.events) < maxPolledEvents {
-			pw.events = append(pw.events, ev)
-		}
-		pw.mu.Unlock()
-	})
-	if err != nil {
-		return nil, err
-	}
-	pw.w = w
-	a.watchersMu.Lock()
-	a.watchers[id] = pw
-	a.watchersMu.Unlock()
-	return &createWatcherResponse{WatcherID: id}, nil
-}
-
-func (a *Agent) polled(id string) (*polledWatcher, error) {
-	a.watchersMu.Lock()
-	defer a.watchersMu.Unlock()
-	pw, ok := a.watchers[id]
-	if !ok {
-		return nil, rpc.Errorf(agentproto.CodeNotFound, "watcher %q not found", id)
-	}
-	return pw, nil
-}
-
-func (a *Agent) fsGetWatcherEvents(ctx context.Context, r *http.Request, req *watcherRequest) (*watcherEventsResponse, error) {
-	pw, err := a.polled(req.WatcherID)
-	if err != nil {
-		return nil, err
-	}
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	resp := &watcherEventsResponse{Events: pw.events}
-	if resp.Events == nil {
-		resp.Events = []filesystemEvent{}
-	}
-	pw.events = nil
-	return resp, nil
-}
-
-func (a *Agent) fsRemoveWatcher(ctx context.Context, r *http.Request, req *watcherRequest) (*rpc.Empty, error) {
-	pw, err := a.polled(req.WatcherID)
-	if err != nil {
-		return nil, err
-	}
-	pw.w.Close()
-	a.watchersMu.Lock()
-	delete(a.watchers, req.WatcherID)
-	a.watchersMu.Unlock()
-	return &rpc.Empty{}, nil
 }

@@ -10,9 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/user"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -51,122 +49,6 @@ func listDir(t *testing.T, url, path string, depth int) []entry {
 	}
 	rpctest.MustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
 	return r.Entries
-}
-
-func paths(es []entry) []string {
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Path)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func TestFilesystem(t *testing.T) {
-	url, home := newAgent(t)
-	me, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var made entryResponse
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, &made)
-	if e := made.Entry; e.Name != "b" || e.Type != "FILE_TYPE_DIRECTORY" || e.Path != filepath.Join(home, "a/b") {
-		t.Errorf("MakeDir a/b: %+v, want the directory b in the home", e)
-	}
-	rpctest.WantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, "already_exists", 409)
-	if err := os.WriteFile(filepath.Join(home, "a/b/f.txt"), []byte("hello"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	rpctest.WantError(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
-
-	e := stat(t, url, "a/b/f.txt")
-	if e.Name != "f.txt" || e.Type != "FILE_TYPE_FILE" || e.Size != "5" || e.Mode != 0o640 || e.Permissions != "-rw-r-----" ||
-		e.Owner != me.Username || e.ModifiedTime == "" || e.SymlinkTarget != nil {
-		t.Errorf("Stat a/b/f.txt: %+v", e)
-	}
-	if e := stat(t, url, "~"); e.Path != home || e.Type != "FILE_TYPE_DIRECTORY" {
-		t.Errorf("Stat ~: %+v, want the home", e)
-	}
-	if e := stat(t, url, filepath.Join(home, "a")); e.Path != filepath.Join(home, "a") {
-		t.Errorf("Stat of an absolute path: %+v", e)
-	}
-	rpctest.WantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "nope"}, "not_found", 404)
-
-	// Links: to a file, the file's type and the target; dangling, a link.
-	os.Symlink("a/b/f.txt", filepath.Join(home, "link"))
-	os.Symlink("nowhere", filepath.Join(home, "dangling"))
-	if e := stat(t, url, "link"); e.Type != "FILE_TYPE_FILE" || e.SymlinkTarget == nil || *e.SymlinkTarget != filepath.Join(home, "a/b/f.txt") {
-		t.Errorf("Stat of a link: %+v", e)
-	}
-	if e := stat(t, url, "dangling"); e.Type != "FILE_TYPE_SYMLINK" {
-		t.Errorf("Stat of a dangling link: %+v", e)
-	}
-
-	for _, tc := range []struct {
-		path  string
-		depth int
-		want  []string
-	}{
-		{"a", 1, []string{"a/b"}},
-		{"a", 0, []string{"a/b"}}, // no depth: one level
-		{"a", 2, []string{"a/b", "a/b/f.txt"}},
-		{"~", 1, []string{"a", "dangling", "link"}},
-	} {
-		var want []string
-		for _, p := range tc.want {
-			want = append(want, filepath.Join(home, p))
-		}
-		if got := paths(listDir(t, url, tc.path, tc.depth)); !slices.Equal(got, want) {
-			t.Errorf("ListDir %s depth %d: %v, want %v", tc.path, tc.depth, got, want)
-		}
-	}
-	rpctest.WantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)
-	rpctest.WantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "nope"}, "not_found", 404)
-
-	var moved entryResponse
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "a/b/f.txt", "destination": "c/g.txt"}, &moved)
-	if moved.Entry.Path != filepath.Join(home, "c/g.txt") || moved.Entry.Size != "5" {
-		t.Errorf("Move: %+v, want c/g.txt, its parent made", moved.Entry)
-	}
-	rpctest.WantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/f.txt"}, "not_found", 404)
-	rpctest.WantError(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "nope", "destination": "x"}, "not_found", 404)
-
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil)
-	if _, err := os.Stat(filepath.Join(home, "a")); !os.IsNotExist(err) {
-		t.Errorf("a after Remove: %v", err)
-	}
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil) // gone already: as envd, no error
-	if e := rpctest.WantError(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": "a"}, "not_found", 404); e.Message == "" {
-		t.Error("a not-found error without a message")
-	}
-}
-
-func TestUnaryProtocolErrors(t *testing.T) {
-	url, _ := newAgent(t)
-	for _, tc := range []struct {
-		name, method, contentType, body string
-		want                            int
-	}{
-		{"GET", "GET", "application/json", "", http.StatusNotImplemented},
-		{"protobuf", "POST", "application/proto", "", http.StatusNotImplemented},
-		{"bad JSON", "POST", "application/json", `{"path":`, http.StatusBadRequest},
-		{"wrong type", "POST", "application/json", `{"path":1}`, http.StatusBadRequest},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tc.method, url+"/filesystem.Filesystem/Stat", bytes.NewReader([]byte(tc.body)))
-			req.Header.Set("Content-Type", tc.contentType)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var e rpctest.Error
-			if json.NewDecoder(resp.Body).Decode(&e); resp.StatusCode != tc.want || e.Code == "" {
-				t.Errorf("got %d %+v, want %d with a Connect error", resp.StatusCode, e, tc.want)
-			}
-		})
-	}
 }
 
 // files sends a request to /files and returns the status and body.

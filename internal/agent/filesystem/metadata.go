@@ -1,4 +1,4 @@
-package agent
+package filesystem
 
 import (
 	"errors"
@@ -28,10 +28,10 @@ const (
 	maxMetadataSize = 4096
 )
 
-// uploadMetadata reads an upload's metadata from its headers: the prefix
+// UploadMetadata reads an upload's metadata from its headers: the prefix
 // stripped, the key lowercased, a repeated header's first value. A request
 // without any gives nil (which clears the file's set).
-func uploadMetadata(h http.Header) (map[string]string, *agentproto.Error) {
+func UploadMetadata(h http.Header) (map[string]string, *agentproto.Error) {
 	var md map[string]string
 	size := 0
 	for name, values := range h {
@@ -65,11 +65,11 @@ func printable(s string) bool {
 	return true
 }
 
-// setMetadata replaces f's metadata with md, through the open file (not its
+// SetMetadata replaces f's metadata with md, through the open file (not its
 // path, which sandbox code could swap meanwhile). A file system without
 // user xattrs keeps none, as in envd: the answer, read back from the file,
 // then shows none either.
-func setMetadata(f *os.File, md map[string]string) error {
+func SetMetadata(f *os.File, md map[string]string) error {
 	names, err := xattrNames(func(buf []byte) (int, error) { return unix.Flistxattr(int(f.Fd()), buf) })
 	if errors.Is(err, unix.ENOTSUP) {
 		return nil
@@ -95,11 +95,11 @@ func setMetadata(f *os.File, md map[string]string) error {
 	return nil
 }
 
-// metadataOf is path's metadata (following a symlink, as envd does; the
+// Metadata is path's metadata (following a symlink, as envd does; the
 // kernel allows no user xattrs on links themselves), nil when it has none
 // or cannot be read. Values that are not UTF-8 (setfattr allows any bytes)
 // are left out: proto3 JSON strings must be.
-func metadataOf(path string) map[string]string {
+func Metadata(path string) map[string]string {
 	names, err := xattrNames(func(buf []byte) (int, error) { return unix.Listxattr(path, buf) })
 	if err != nil {
 		return nil
