@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent/environ"
+	"github.com/airlock-sandbox/airlock/internal/agent/files"
 	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/process"
@@ -67,8 +68,7 @@ func (a *Agent) Handler() http.Handler {
 func (a *Agent) envdHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	mux.HandleFunc("GET "+agentproto.FilesPath, a.getFile)
-	mux.HandleFunc("POST "+agentproto.FilesPath, a.postFile)
+	files.New(a.users).Register(mux)
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
 	mux.HandleFunc("POST "+agentproto.CheckpointPath, a.checkpoint)
 	mux.HandleFunc("POST "+agentproto.SettlePath, a.settle)

@@ -63,7 +63,9 @@ var allowed = map[string][]string{
 	// The agent: its wiring, then its services, each a package that
 	// imports the shared ones below it and no other service.
 	"internal/agent": {"internal/agent/jupyter", "internal/agent/tasks", "internal/agent/rpc", "internal/agent/identity",
-		"internal/agent/environ", "internal/agent/process", "internal/agent/filesystem", "internal/agentproto"},
+		"internal/agent/environ", "internal/agent/process", "internal/agent/filesystem", "internal/agent/files",
+		"internal/agentproto"},
+	"internal/agent/files":      {"internal/agent/filesystem", "internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
 	"internal/agent/filesystem": {"internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
 	"internal/agent/process":    {"internal/agent/environ", "internal/agent/identity", "internal/agent/rpc", "internal/agent/tasks", "internal/agentproto"},
 	"internal/agent/jupyter":    {"internal/agent/tasks"},
