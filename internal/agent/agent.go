@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/process"
+	"github.com/airlock-sandbox/airlock/internal/agent/sudo"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -132,7 +133,7 @@ func Main() error {
 	// acts for "root" and, as the kernel sees them, for "user".
 	a := newAgent(log, identity.Users{Home: home, Root: os.Geteuid() == 0})
 	if a.users.Root {
-		if err := a.serveSudo(); err != nil {
+		if err := sudo.Serve(log, a.users); err != nil {
 			return err
 		}
 	}

@@ -24,7 +24,7 @@ const module = "github.com/airlock-sandbox/airlock/"
 // imports nothing daemon-side; policy, agentproto and cgroups are leaves.
 var allowed = map[string][]string{
 	// What runs inside a sandbox, apart from the daemon's packages.
-	"cmd/airlock-sandbox": {"internal/agent", "internal/agentproto", "internal/backend/namespaces/nsinit"},
+	"cmd/airlock-sandbox": {"internal/agent", "internal/agent/sudo", "internal/agentproto", "internal/backend/namespaces/nsinit"},
 	"cmd/airlock": {"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces",
 		"internal/cgroups", "internal/config", "internal/httpapi", "internal/layout", "internal/mcp", "internal/policy", "internal/sandbox",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/console",
@@ -64,7 +64,10 @@ var allowed = map[string][]string{
 	// imports the shared ones below it and no other service.
 	"internal/agent": {"internal/agent/jupyter", "internal/agent/tasks", "internal/agent/rpc", "internal/agent/identity",
 		"internal/agent/environ", "internal/agent/process", "internal/agent/filesystem", "internal/agent/files",
-		"internal/agentproto"},
+		"internal/agent/sudo", "internal/agentproto"},
+	// sudo's client runs as the sandbox binary's sudo, its server in the
+	// agent.
+	"internal/agent/sudo":       {"internal/agent/identity", "internal/agent/tasks"},
 	"internal/agent/files":      {"internal/agent/filesystem", "internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
 	"internal/agent/filesystem": {"internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
 	"internal/agent/process":    {"internal/agent/environ", "internal/agent/identity", "internal/agent/rpc", "internal/agent/tasks", "internal/agentproto"},

@@ -1,4 +1,4 @@
-package agent
+package sudo
 
 import (
 	"os"
@@ -45,8 +45,8 @@ func TestSudoOptions(t *testing.T) {
 		{args: []string{"-u", "mallory", "id"}, err: "unknown user mallory"},
 		{args: []string{"-i", "-s"}, err: "only one of -i and -s"},
 	} {
-		o, err := parseSudo(tc.args)
-		var req *sudoRequest
+		o, err := parse(tc.args)
+		var req *request
 		if err == nil {
 			req, err = o.request()
 		}
@@ -78,7 +78,7 @@ func TestSudoOptions(t *testing.T) {
 
 func TestSudoModes(t *testing.T) {
 	for args, mode := range map[string]string{"-h": "help", "-V": "version", "-v": "validate", "-k": "validate", "-l": "list", "--list": "list"} {
-		o, err := parseSudo([]string{args})
+		o, err := parse([]string{args})
 		if err != nil || o.mode != mode {
 			t.Errorf("sudo %s: %+v %v, want mode %s", args, o, err, mode)
 		}
