@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent/files"
 	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
+	"github.com/airlock-sandbox/airlock/internal/agent/interpreter"
 	"github.com/airlock-sandbox/airlock/internal/agent/process"
 	"github.com/airlock-sandbox/airlock/internal/agent/sudo"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -32,7 +33,7 @@ type Agent struct {
 
 	procs  *process.Service
 	fs     *filesystem.Service
-	interp *interpreter
+	interp *interpreter.Service
 
 	quiesceMu sync.Mutex
 	quiesce   func() // lets go of the daemon's socket (checkpoint.go); nil: it cannot
@@ -48,7 +49,7 @@ func newAgent(log *slog.Logger, users identity.Users) *Agent {
 	a := &Agent{log: log, users: users, env: environ.New(os.Environ())}
 	a.procs = process.New(users, a.env)
 	a.fs = filesystem.New(users)
-	a.interp = newInterpreter(a)
+	a.interp = interpreter.New(log, users, a.env)
 	return a
 }
 
@@ -56,7 +57,7 @@ func newAgent(log *slog.Logger, users identity.Users) *Agent {
 // addressed to its port.
 func (a *Agent) Handler() http.Handler {
 	envd := a.envdHandler()
-	interp := a.interp.handler()
+	interp := a.interp.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Port") == agentproto.InterpreterPort {
 			interp.ServeHTTP(w, r)
@@ -72,8 +73,7 @@ func (a *Agent) envdHandler() http.Handler {
 	files.New(a.users).Register(mux)
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
 	mux.HandleFunc("POST "+agentproto.CheckpointPath, a.checkpoint)
-	mux.HandleFunc("POST "+agentproto.SettlePath, a.settle)
-	mux.HandleFunc("POST "+agentproto.ReseedPath, a.reseed)
+	a.interp.Register(mux)
 	mux.HandleFunc("POST "+agentproto.UntarPath, a.untar)
 	mux.HandleFunc("GET "+agentproto.SavedFilesPath, a.getFileState)
 	mux.HandleFunc("POST "+agentproto.SavedFilesPath, a.postFileState)
@@ -94,7 +94,7 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 	a.env.Set(s.EnvVars)
 	if len(s.EnvVars) > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-		a.interp.exportEnv(ctx, s.EnvVars)
+		a.interp.ExportEnv(ctx, s.EnvVars)
 		cancel()
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -139,14 +139,7 @@ func Main() error {
 	}
 	// A template that serves code starts its kernel now, in the pool.
 	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
-		settled := make(chan struct{})
-		a.interp.settled = settled
-		go func() {
-			defer close(settled)
-			if err := a.interp.Prestart(lang); err != nil {
-				log.Warn("prestart kernel", "language", lang, "err", err)
-			}
-		}()
+		a.interp.Prestart(lang)
 	}
 	if path := os.Getenv(agentproto.SocketEnv); path != "" {
 		return a.serveAt(context.Background(), path)

@@ -1,4 +1,4 @@
-package agent
+package interpreter
 
 import (
 	"context"
@@ -21,27 +21,59 @@ import (
 // no name of its own in the user's namespace.
 const reseedCode = `(lambda m: [m[g].seed() for g in ("random", "numpy.random") if g in m])(__import__("sys").modules)`
 
+// Prestart starts the default kernel of language in the background, for a
+// template that serves code: a sandbox claimed from the pool then answers
+// its first cell at once. SettlePath answers once it is ready. It is
+// called before the agent serves.
+func (s *Service) Prestart(language string) {
+	settled := make(chan struct{})
+	s.settled = settled
+	go func() {
+		defer close(settled)
+		if err := s.prestart(language); err != nil {
+			s.log.Warn("prestart kernel", "language", language, "err", err)
+		}
+	}()
+}
+
+// prestart starts the default kernel of language and has it import what
+// the first chart needs (matplotlib builds its font cache then).
+func (s *Service) prestart(language string) error {
+	c, err := s.defaultContext(context.Background(), language)
+	if err != nil {
+		return err
+	}
+	if language != "python" {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.kernel.ExecuteSilent(ctx, "try:\n import matplotlib.pyplot, pandas\nexcept ImportError:\n pass\n")
+}
+
 // settle answers once the prestarted kernel, if any, is ready.
-func (a *Agent) settle(w http.ResponseWriter, r *http.Request) {
+func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	select {
-	case <-a.interp.settled:
+	case <-s.settled:
 		w.WriteHeader(http.StatusNoContent)
 	case <-r.Context().Done():
 	}
 }
 
 // reseed seeds every Python kernel's generators afresh.
-func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
+func (s *Service) reseed(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	a.interp.mu.Lock()
+	s.mu.Lock()
 	var contexts []*codeContext
-	for _, c := range a.interp.contexts {
+	for _, c := range s.contexts {
 		if c.Language == "python" {
 			contexts = append(contexts, c)
 		}
 	}
-	a.interp.mu.Unlock()
+	s.mu.Unlock()
 	for _, c := range contexts {
 		c.mu.Lock()
 		var err error

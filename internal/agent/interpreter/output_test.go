@@ -1,4 +1,4 @@
-package agent
+package interpreter
 
 import (
 	"encoding/json"
