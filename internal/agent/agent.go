@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent/environ"
 	"github.com/airlock-sandbox/airlock/internal/agent/files"
+	"github.com/airlock-sandbox/airlock/internal/agent/filestate"
 	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/interpreter"
@@ -74,9 +75,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
 	mux.HandleFunc("POST "+agentproto.CheckpointPath, a.checkpoint)
 	a.interp.Register(mux)
-	mux.HandleFunc("POST "+agentproto.UntarPath, a.untar)
-	mux.HandleFunc("GET "+agentproto.SavedFilesPath, a.getFileState)
-	mux.HandleFunc("POST "+agentproto.SavedFilesPath, a.postFileState)
+	filestate.New(a.log, a.users.Root).Register(mux)
 	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
 
 	a.procs.Register(mux)

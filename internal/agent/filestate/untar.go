@@ -1,4 +1,4 @@
-package agent
+package filestate
 
 import (
 	"archive/tar"
@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// untar writes the tar stream of the request's body into the directory
+// Untar writes the tar stream of the request's body into the directory
 // ?dir= (made if missing), with the owners and modes its entries carry:
 // the COPY step of a template build, whose files the daemon took from
 // the upload and laid out for their destination. Only an agent that
@@ -21,8 +21,8 @@ import (
 // The sandbox's file system is the sandbox's own, yet every entry is
 // written through an os.Root of dir, so that no name, symlink or link of
 // the stream lands outside it.
-func (a *Agent) untar(w http.ResponseWriter, r *http.Request) {
-	if !a.users.Root {
+func (s *Service) Untar(w http.ResponseWriter, r *http.Request) {
+	if !s.root {
 		http.Error(w, "only a sandbox's root can lay out files for others", http.StatusForbidden)
 		return
 	}

@@ -1,4 +1,4 @@
-package agent
+package filestate
 
 import (
 	"archive/tar"
@@ -155,11 +155,11 @@ func FuzzFileStateEntry(f *testing.F) {
 		f.Add(n)
 	}
 	roots := map[string]*os.Root{}
-	for _, d := range fileStateDirs {
+	for _, d := range dirs {
 		roots[d] = &os.Root{}
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		root, rel, ok := fileStateEntry(roots, name)
+		root, rel, ok := entryRoot(roots, name)
 		clean := path.Clean(name)
 		var under string
 		for d, r := range roots {
