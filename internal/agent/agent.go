@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent/files"
 	"github.com/airlock-sandbox/airlock/internal/agent/filestate"
 	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
+	"github.com/airlock-sandbox/airlock/internal/agent/forward"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/interpreter"
 	"github.com/airlock-sandbox/airlock/internal/agent/process"
@@ -76,7 +77,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("POST "+agentproto.CheckpointPath, a.checkpoint)
 	a.interp.Register(mux)
 	filestate.New(a.log, a.users.Root).Register(mux)
-	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
+	forward.Register(mux)
 
 	a.procs.Register(mux)
 

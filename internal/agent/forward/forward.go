@@ -1,4 +1,8 @@
-package agent
+// Package forward connects the daemon to a port that a process in the
+// sandbox listens on (agentproto.ForwardPath): the agent dials it on the
+// sandbox's loopback, answers 101, and from then on copies bytes both
+// ways. It works on every backend, with or without a network.
+package forward
 
 import (
 	"errors"
@@ -12,10 +16,14 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
-// forward connects the daemon to a port a process in the sandbox listens
-// on (agentproto.ForwardPath): the agent dials it on loopback, answers
-// 101, and from then on copies bytes both ways.
-func (a *Agent) forward(w http.ResponseWriter, r *http.Request) {
+// Register adds the daemon's private ForwardPath to mux.
+func Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+agentproto.ForwardPath, Forward)
+}
+
+// Forward takes the request's connection over as a connection to the
+// port ?port= of the sandbox's loopback.
+func Forward(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.URL.Query().Get("port"))
 	if err != nil || port < 1 || port > 65535 {
 		http.Error(w, "a port from 1 to 65535 is needed", http.StatusBadRequest)
