@@ -10,11 +10,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
+	"os/signal"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/checkpoint"
 	"github.com/airlock-sandbox/airlock/internal/agent/environ"
 	"github.com/airlock-sandbox/airlock/internal/agent/files"
 	"github.com/airlock-sandbox/airlock/internal/agent/filestate"
@@ -37,8 +38,7 @@ type Agent struct {
 	fs     *filesystem.Service
 	interp *interpreter.Service
 
-	quiesceMu sync.Mutex
-	quiesce   func() // lets go of the daemon's socket (checkpoint.go); nil: it cannot
+	cp *checkpoint.Server
 }
 
 // New returns an agent for a sandbox whose user lives in home, which acts
@@ -51,6 +51,7 @@ func newAgent(log *slog.Logger, users identity.Users) *Agent {
 	a := &Agent{log: log, users: users, env: environ.New(os.Environ())}
 	a.procs = process.New(users, a.env)
 	a.fs = filesystem.New(users)
+	a.cp = checkpoint.New(log)
 	a.interp = interpreter.New(log, users, a.env)
 	return a
 }
@@ -74,7 +75,7 @@ func (a *Agent) envdHandler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	files.New(a.users).Register(mux)
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
-	mux.HandleFunc("POST "+agentproto.CheckpointPath, a.checkpoint)
+	a.cp.Register(mux)
 	a.interp.Register(mux)
 	filestate.New(a.log, a.users.Root).Register(mux)
 	forward.Register(mux)
@@ -142,7 +143,9 @@ func Main() error {
 		a.interp.Prestart(lang)
 	}
 	if path := os.Getenv(agentproto.SocketEnv); path != "" {
-		return a.serveAt(context.Background(), path)
+		resume := make(chan os.Signal, 1)
+		signal.Notify(resume, agentproto.ResumeSignal)
+		return a.cp.Serve(context.Background(), path, a.Handler(), resume)
 	}
 	f := os.NewFile(3, "listener")
 	ln, err := net.FileListener(f)

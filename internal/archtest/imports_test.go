@@ -65,8 +65,9 @@ var allowed = map[string][]string{
 	"internal/agent": {"internal/agent/tasks", "internal/agent/rpc", "internal/agent/identity",
 		"internal/agent/environ", "internal/agent/process", "internal/agent/filesystem", "internal/agent/files",
 		"internal/agent/sudo", "internal/agent/interpreter", "internal/agent/filestate", "internal/agent/forward",
-		"internal/agentproto"},
+		"internal/agent/checkpoint", "internal/agentproto"},
 	"internal/agent/filestate":   {"internal/agentproto"},
+	"internal/agent/checkpoint":  {"internal/agentproto"},
 	"internal/agent/forward":     {"internal/agentproto"},
 	"internal/agent/interpreter": {"internal/agent/environ", "internal/agent/identity", "internal/agent/jupyter", "internal/agent/rpc", "internal/agentproto"},
 	// sudo's client runs as the sandbox binary's sudo, its server in the
