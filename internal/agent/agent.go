@@ -1,5 +1,7 @@
 // Package agent is the server inside every sandbox: it runs commands and
-// serves files over the envd-compatible protocol the E2B SDKs speak.
+// serves files over the envd-compatible protocol the E2B SDKs speak, and
+// the code interpreter. This package puts the services together (each is
+// a package of its own, as envd's are) and serves them.
 package agent
 
 import (
@@ -70,22 +72,26 @@ func (a *Agent) Handler() http.Handler {
 	})
 }
 
+// envdHandler serves envd's port: its services, then the daemon's
+// private endpoints (agentproto.SetupPath), each registered by the
+// service it belongs to.
 func (a *Agent) envdHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	a.procs.Register(mux)
+	a.fs.Register(mux) // and DiskPath
 	files.New(a.users).Register(mux)
+
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
+	a.interp.Register(mux) // SettlePath, ReseedPath
 	a.cp.Register(mux)
-	a.interp.Register(mux)
 	filestate.New(a.log, a.users.Root).Register(mux)
 	forward.Register(mux)
-
-	a.procs.Register(mux)
-
-	a.fs.Register(mux)
 	return mux
 }
 
+// setup takes the sandbox's envs when the daemon hands it out: every
+// process started from now on gets them, and every kernel running now.
 func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 	var s agentproto.Setup
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&s); err != nil {

@@ -60,32 +60,35 @@ var allowed = map[string][]string{
 	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy"},
 
-	// The agent: its wiring, then its services, each a package that
-	// imports the shared ones below it and no other service.
-	"internal/agent": {"internal/agent/tasks", "internal/agent/rpc", "internal/agent/identity",
-		"internal/agent/environ", "internal/agent/process", "internal/agent/filesystem", "internal/agent/files",
-		"internal/agent/sudo", "internal/agent/interpreter", "internal/agent/filestate", "internal/agent/forward",
-		"internal/agent/checkpoint", "internal/agentproto"},
-	"internal/agent/filestate":   {"internal/agentproto"},
-	"internal/agent/checkpoint":  {"internal/agentproto"},
-	"internal/agent/forward":     {"internal/agentproto"},
-	"internal/agent/interpreter": {"internal/agent/environ", "internal/agent/identity", "internal/agent/jupyter", "internal/agent/rpc", "internal/agentproto"},
+	// The agent, which runs in every sandbox: its wiring (New, Handler,
+	// Main) imports every service; a service imports what they share and
+	// agentproto, and no other service (files reports entries as the
+	// filesystem service does, with its metadata).
+	"internal/agent": {"internal/agent/environ", "internal/agent/identity", "internal/agent/process",
+		"internal/agent/filesystem", "internal/agent/files", "internal/agent/interpreter", "internal/agent/sudo",
+		"internal/agent/filestate", "internal/agent/checkpoint", "internal/agent/forward", "internal/agentproto"},
+	"internal/agent/process":    {"internal/agent/environ", "internal/agent/identity", "internal/agent/rpc", "internal/agent/tasks", "internal/agentproto"},
+	"internal/agent/filesystem": {"internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
+	"internal/agent/files":      {"internal/agent/filesystem", "internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
+	"internal/agent/interpreter": {"internal/agent/environ", "internal/agent/identity", "internal/agent/jupyter", "internal/agent/rpc",
+		"internal/agentproto"},
+	"internal/agent/jupyter": {"internal/agent/tasks"},
 	// sudo's client runs as the sandbox binary's sudo, its server in the
 	// agent.
-	"internal/agent/sudo":       {"internal/agent/identity", "internal/agent/tasks"},
-	"internal/agent/files":      {"internal/agent/filesystem", "internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
-	"internal/agent/filesystem": {"internal/agent/identity", "internal/agent/rpc", "internal/agentproto"},
-	"internal/agent/process":    {"internal/agent/environ", "internal/agent/identity", "internal/agent/rpc", "internal/agent/tasks", "internal/agentproto"},
-	"internal/agent/jupyter":    {"internal/agent/tasks"},
+	"internal/agent/sudo": {"internal/agent/identity", "internal/agent/tasks"},
+	// The daemon's private endpoints that are no service's.
+	"internal/agent/filestate":  {"internal/agentproto"},
+	"internal/agent/checkpoint": {"internal/agentproto"},
+	"internal/agent/forward":    {"internal/agentproto"},
 	// What the services share: the Connect protocol they are served in,
 	// whom they act for, the environment and the reserve of tasks of the
 	// processes they start.
-	"internal/agent/rpc": {"internal/agentproto"},
+	"internal/agent/rpc":      {"internal/agentproto"},
+	"internal/agent/identity": {"internal/agent/rpc", "internal/agentproto"},
+	"internal/agent/environ":  {"internal/agent/identity"},
+	"internal/agent/tasks":    {"internal/agentproto"},
 	// Calls of rpc's services, for their tests.
 	"internal/agent/rpc/rpctest": {"internal/agentproto"},
-	"internal/agent/identity":    {"internal/agent/rpc", "internal/agentproto"},
-	"internal/agent/environ":     {"internal/agent/identity"},
-	"internal/agent/tasks":       {"internal/agentproto"},
 
 	// The network's host side: a peer of the backends, which never see
 	// more of it than a namespace to run in.
