@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agent/sudo"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces/nsinit"
 )
@@ -20,7 +21,7 @@ func main() {
 		nsinit.Main()
 	case filepath.Base(os.Args[0]) == "sudo":
 		// Inside a sandbox with a root, the binary is sudo too.
-		os.Exit(agent.SudoMain(os.Args[1:]))
+		os.Exit(sudo.Main(os.Args[1:]))
 	case len(os.Args) == 2 && os.Args[1] == agentproto.AgentArg:
 		// Started by the sandbox's init: serve the envd protocol.
 		if err := agent.Main(); err != nil {

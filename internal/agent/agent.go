@@ -1,5 +1,7 @@
 // Package agent is the server inside every sandbox: it runs commands and
-// serves files over the envd-compatible protocol the E2B SDKs speak.
+// serves files over the envd-compatible protocol the E2B SDKs speak, and
+// the code interpreter. This package puts the services together (each is
+// a package of its own, as envd's are) and serves them.
 package agent
 
 import (
@@ -7,74 +9,60 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
-	"slices"
-	"sync"
+	"os/signal"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/checkpoint"
+	"github.com/airlock-sandbox/airlock/internal/agent/environ"
+	"github.com/airlock-sandbox/airlock/internal/agent/files"
+	"github.com/airlock-sandbox/airlock/internal/agent/filestate"
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
+	"github.com/airlock-sandbox/airlock/internal/agent/forward"
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
+	"github.com/airlock-sandbox/airlock/internal/agent/interpreter"
+	"github.com/airlock-sandbox/airlock/internal/agent/process"
+	"github.com/airlock-sandbox/airlock/internal/agent/sudo"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
 // Agent serves one sandbox.
 type Agent struct {
-	log  *slog.Logger
-	home string
-	root bool // the agent runs as the sandbox's root: requests may ask for "root"
+	log   *slog.Logger
+	users identity.Users
+	env   *environ.Env
 
-	envMu sync.Mutex
-	base  []string          // the agent's own environment (PATH, LANG …)
-	vars  map[string]string // the sandbox's envVars, for every process
+	procs  *process.Service
+	fs     *filesystem.Service
+	interp *interpreter.Service
 
-	procs      processTable
-	watchersMu sync.Mutex
-	watchers   map[string]*polledWatcher
-	interp     *interpreter
-
-	quiesceMu sync.Mutex
-	quiesce   func() // lets go of the daemon's socket (checkpoint.go); nil: it cannot
+	cp *checkpoint.Server
 }
 
-// New returns an agent for a sandbox whose user lives in home.
+// New returns an agent for a sandbox whose user lives in home, which acts
+// for that user alone.
 func New(log *slog.Logger, home string) *Agent {
-	a := &Agent{log: log, home: home, base: os.Environ(), vars: map[string]string{}, watchers: map[string]*polledWatcher{}}
-	a.procs = processTable{a: a, m: map[uint32]*process{}}
-	a.interp = newInterpreter(a)
-	return a
+	return newAgent(log, identity.Users{Home: home})
 }
 
-// env is a process's environment: the agent's own, then the sandbox's
-// envVars, then the request's, later ones winning.
-func (a *Agent) env(extra map[string]string) []string {
-	a.envMu.Lock()
-	defer a.envMu.Unlock()
-	m := map[string]string{}
-	for _, kv := range a.base {
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				m[kv[:i]] = kv[i+1:]
-				break
-			}
-		}
-	}
-	maps.Copy(m, a.vars)
-	maps.Copy(m, extra)
-	env := make([]string, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		env = append(env, k+"="+m[k])
-	}
-	return env
+func newAgent(log *slog.Logger, users identity.Users) *Agent {
+	a := &Agent{log: log, users: users, env: environ.New(os.Environ())}
+	a.procs = process.New(users, a.env)
+	a.fs = filesystem.New(users)
+	a.cp = checkpoint.New(log)
+	a.interp = interpreter.New(log, users, a.env)
+	return a
 }
 
 // Handler routes the envd protocol, and the code interpreter for requests
 // addressed to its port.
 func (a *Agent) Handler() http.Handler {
 	envd := a.envdHandler()
-	interp := a.interp.handler()
+	interp := a.interp.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Port") == agentproto.InterpreterPort {
 			interp.ServeHTTP(w, r)
@@ -84,75 +72,39 @@ func (a *Agent) Handler() http.Handler {
 	})
 }
 
+// envdHandler serves envd's port: its services, then the daemon's
+// private endpoints (agentproto.SetupPath), each registered by the
+// service it belongs to.
 func (a *Agent) envdHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	mux.HandleFunc("GET "+agentproto.FilesPath, a.getFile)
-	mux.HandleFunc("POST "+agentproto.FilesPath, a.postFile)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"setup", a.setup)
-	mux.HandleFunc("GET "+agentproto.SetupPath+"disk", a.disk)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"checkpoint", a.checkpoint)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"settle", a.settle)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"reseed", a.reseed)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"untar", a.untar)
-	mux.HandleFunc("GET "+agentproto.SetupPath+"files", a.getFileState)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"files", a.postFileState)
-	mux.HandleFunc("GET "+agentproto.ForwardPath, a.forward)
+	a.procs.Register(mux)
+	a.fs.Register(mux) // and DiskPath
+	files.New(a.users).Register(mux)
 
-	mux.Handle(agentproto.StartProcedure, serverStream(a.processStart))
-	mux.Handle("/process.Process/Connect", serverStream(a.processConnect))
-	mux.Handle("/process.Process/List", unary(a.processList))
-	mux.Handle("/process.Process/SendInput", unary(a.processSendInput))
-	mux.Handle("/process.Process/SendSignal", unary(a.processSendSignal))
-	mux.Handle("/process.Process/CloseStdin", unary(a.processCloseStdin))
-	mux.Handle("/process.Process/Update", unary(a.processUpdate))
-	mux.Handle("/process.Process/StreamInput", unary(func(context.Context, *http.Request, *empty) (*empty, error) {
-		return nil, errorf(agentproto.CodeUnimplemented, "StreamInput is not implemented; use SendInput")
-	}))
-
-	mux.Handle("/filesystem.Filesystem/Stat", unary(a.fsStat))
-	mux.Handle("/filesystem.Filesystem/MakeDir", unary(a.fsMakeDir))
-	mux.Handle("/filesystem.Filesystem/Move", unary(a.fsMove))
-	mux.Handle(agentproto.ListDirProcedure, unary(a.fsListDir))
-	mux.Handle("/filesystem.Filesystem/Remove", unary(a.fsRemove))
-	mux.Handle("/filesystem.Filesystem/WatchDir", serverStream(a.fsWatchDir))
-	mux.Handle("/filesystem.Filesystem/CreateWatcher", unary(a.fsCreateWatcher))
-	mux.Handle("/filesystem.Filesystem/GetWatcherEvents", unary(a.fsGetWatcherEvents))
-	mux.Handle("/filesystem.Filesystem/RemoveWatcher", unary(a.fsRemoveWatcher))
+	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
+	a.interp.Register(mux) // SettlePath, ReseedPath
+	a.cp.Register(mux)
+	filestate.New(a.log, a.users.Root).Register(mux)
+	forward.Register(mux)
 	return mux
 }
 
+// setup takes the sandbox's envs when the daemon hands it out: every
+// process started from now on gets them, and every kernel running now.
 func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 	var s agentproto.Setup
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&s); err != nil {
 		http.Error(w, "bad setup: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	a.envMu.Lock()
-	maps.Copy(a.vars, s.EnvVars)
-	a.envMu.Unlock()
+	a.env.Set(s.EnvVars)
 	if len(s.EnvVars) > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-		a.interp.exportEnv(ctx, s.EnvVars)
+		a.interp.ExportEnv(ctx, s.EnvVars)
 		cancel()
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
-	var d agentproto.Disk
-	seen := map[uint64]bool{} // one file system may hold both
-	for _, dir := range []string{"/tmp", a.home} {
-		var st unix.Stat_t
-		var fs unix.Statfs_t
-		if unix.Stat(dir, &st) != nil || seen[st.Dev] || unix.Statfs(dir, &fs) != nil {
-			continue
-		}
-		seen[st.Dev] = true
-		d.Used += int64(fs.Blocks-fs.Bfree) * fs.Bsize
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(d)
 }
 
 // Serve answers on ln until ctx ends.
@@ -184,28 +136,22 @@ func Main() error {
 		home = "/home/user"
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	a := New(log, home)
 	// Started as the sandbox's root (a template made from an image), it
 	// acts for "root" and, as the kernel sees them, for "user".
-	a.root = os.Geteuid() == 0
-	if a.root {
-		if err := a.serveSudo(); err != nil {
+	a := newAgent(log, identity.Users{Home: home, Root: os.Geteuid() == 0})
+	if a.users.Root {
+		if err := sudo.Serve(log, a.users); err != nil {
 			return err
 		}
 	}
 	// A template that serves code starts its kernel now, in the pool.
 	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
-		settled := make(chan struct{})
-		a.interp.settled = settled
-		go func() {
-			defer close(settled)
-			if err := a.interp.Prestart(lang); err != nil {
-				log.Warn("prestart kernel", "language", lang, "err", err)
-			}
-		}()
+		a.interp.Prestart(lang)
 	}
 	if path := os.Getenv(agentproto.SocketEnv); path != "" {
-		return a.serveAt(context.Background(), path)
+		resume := make(chan os.Signal, 1)
+		signal.Notify(resume, agentproto.ResumeSignal)
+		return a.cp.Serve(context.Background(), path, a.Handler(), resume)
 	}
 	f := os.NewFile(3, "listener")
 	ln, err := net.FileListener(f)

@@ -33,7 +33,7 @@ const AgentArg = "agent"
 const SocketEnv = "AIRLOCK_AGENT_SOCKET"
 
 // ResumeSignal, sent to an agent that let go of its socket for a
-// checkpoint (SetupPath+"checkpoint", answered 204), makes it listen
+// checkpoint (CheckpointPath, answered 204), makes it listen
 // again: after the sandbox's restore, or a checkpoint that failed.
 const ResumeSignal = syscall.SIGUSR1
 
@@ -50,21 +50,22 @@ const AgentTasks = 32
 const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
 
 // SetupPath is the prefix of the agent's private endpoints, the daemon's
-// alone: the gateway never forwards a client's request under it.
+// alone: the gateway never forwards a client's request under it. Each
+// endpoint's path and its Client method are in private.go.
 const SetupPath = "/airlock/"
 
 // FilesCompleteTrailer is the trailer of the agent's answer to GET
-// SetupPath+"files" (a tar stream of the sandbox's files): "1" once all
-// of them were written.
+// SavedFilesPath (a tar stream of the sandbox's files): "1" once all of
+// them were written.
 const FilesCompleteTrailer = "Airlock-Files-Complete"
 
-// Setup is what the daemon posts to SetupPath+"setup" when it hands the
+// Setup is what the daemon posts to SetupEnvPath when it hands the
 // sandbox out; the agent answers 204 No Content.
 type Setup struct {
 	EnvVars map[string]string `json:"envVars"`
 }
 
-// Disk is the agent's answer on SetupPath+"disk".
+// Disk is the agent's answer on DiskPath.
 type Disk struct {
 	// Used is what the sandbox's writable file systems (/tmp and the
 	// home directory, one or two) hold, in bytes.

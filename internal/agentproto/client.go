@@ -48,6 +48,20 @@ func (c *Client) Do(ctx context.Context, port, method, path, contentType string,
 }
 
 func (c *Client) do(ctx context.Context, port, method, path, contentType string, hdr http.Header, body io.Reader) (*http.Response, error) {
+	resp, err := c.send(ctx, port, method, path, contentType, hdr, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, failure(resp)
+	}
+	resp.Body = &limitedBody{r: io.LimitReader(resp.Body, MaxResponse+1), c: resp.Body}
+	return resp, nil
+}
+
+// send sends a request and returns the response whatever its status.
+func (c *Client) send(ctx context.Context, port, method, path, contentType string, hdr http.Header, body io.Reader) (*http.Response, error) {
 	base := c.URL
 	if base == "" {
 		base = "http://agent"
@@ -62,16 +76,7 @@ func (c *Client) do(ctx context.Context, port, method, path, contentType string,
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := c.Transport.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, failure(resp)
-	}
-	resp.Body = &limitedBody{r: io.LimitReader(resp.Body, MaxResponse+1), c: resp.Body}
-	return resp, nil
+	return c.Transport.RoundTrip(req)
 }
 
 // failure reads the error an agent answered with: a Connect error, envd's

@@ -68,7 +68,7 @@ type Instance interface {
 // process or a later one, after a reboot too.
 type Checkpointer interface {
 	// Checkpoint saves the box and ends it; its agent must have let go
-	// of the host's socket first (agentproto's SetupPath+"checkpoint").
+	// of the host's socket first (agentproto.CheckpointPath).
 	// It returns the name the Restorer knows the saved box by. On error
 	// the box runs on, its agent told to listen again.
 	Checkpoint(ctx context.Context) (string, error)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -161,17 +160,9 @@ func (st *state) untar(ctx context.Context, dir, user string, data io.Reader, on
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(chownTar(pw, data, uid, gid)) }()
-	q := url.Values{"dir": {dir}}
-	if onlyNew {
-		q.Set("new", "1")
-	}
-	resp, err := st.box.Agent().Do(ctx, agentproto.EnvdPort, http.MethodPost, agentproto.SetupPath+"untar?"+q.Encode(), "application/x-tar", pr)
+	err = st.box.Agent().Untar(ctx, dir, onlyNew, pr)
 	pr.Close()
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return err
 }
 
 // owner is the uid and gid of user ("root", "user", "uid" or "uid:gid"),

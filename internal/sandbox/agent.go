@@ -1,12 +1,9 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -25,21 +22,7 @@ func setupAgent(ctx context.Context, tr http.RoundTripper, env map[string]string
 	if len(env) == 0 {
 		return nil
 	}
-	body, _ := json.Marshal(agentproto.Setup{EnvVars: env})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+"setup", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("agent answered %s", resp.Status)
-	}
-	return nil
+	return (&agentproto.Client{Transport: tr}).Setup(ctx, agentproto.Setup{EnvVars: env})
 }
 
 // agentTransport speaks HTTP to the agent inside inst. Streams must not be

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -158,17 +156,8 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agentproto.SetupPath+"disk", nil)
+	d, err := (&agentproto.Client{Transport: s.transport}).Disk(ctx)
 	if err != nil {
-		return 0
-	}
-	resp, err := s.transport.RoundTrip(req)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	var d agentproto.Disk
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&d) != nil {
 		return 0
 	}
 	return min(max(d.Used, 0), s.DiskMB<<20)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/fake"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -173,7 +174,7 @@ func TestLoadSavedLeavesOutWhatItCannotUse(t *testing.T) {
 	if err := warm(t.Context(), orphan); err != nil { // it answers …
 		t.Fatal(err)
 	}
-	if err := postAgent(t.Context(), orphan, "checkpoint", 10*time.Second); err != nil { // … and lets go
+	if err := postAgent(t.Context(), orphan, (*agentproto.Client).Checkpoint, 10*time.Second); err != nil { // … and lets go
 		t.Fatal(err)
 	}
 	if _, err := orphan.(backend.Checkpointer).Checkpoint(t.Context()); err != nil {

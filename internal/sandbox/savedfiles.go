@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -90,22 +89,6 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 func (m *Manager) fetchFiles(ctx context.Context, sb *Sandbox, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+agentproto.SetupPath+"files", nil)
-	if err != nil {
-		return err
-	}
-	// Not sb.transport: it dials through sb.instance(), which waits for
-	// sb.mu, held here.
-	tr := agentTransport(the(sb.inst))
-	defer tr.CloseIdleConnections()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the agent answered %s", resp.Status)
-	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -114,20 +97,22 @@ func (m *Manager) fetchFiles(ctx context.Context, sb *Sandbox, path string) erro
 	if d := sb.pol.DiskBytes; d > 0 {
 		limit = d + d/8 + 1<<20 // and the tar headers and padding
 	}
-	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
+	// Not sb.transport: it dials through sb.instance(), which waits for
+	// sb.mu, held here.
+	tr := agentTransport(the(sb.inst))
+	defer tr.CloseIdleConnections()
+	err = (&agentproto.Client{Transport: tr}).SaveFiles(ctx, f, limit)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	switch {
-	case err != nil:
-		return err
-	case n > limit:
+	case errors.Is(err, agentproto.ErrTooLarge):
 		return errors.New("its files are larger than its disk")
-	case resp.Trailer.Get(agentproto.FilesCompleteTrailer) != "1":
+	case errors.Is(err, agentproto.ErrFilesIncomplete):
 		// The agent could not read all of them; it logged why.
 		return errors.New("its agent could not read all of them")
 	}
-	return nil
+	return err
 }
 
 // restoreFiles starts a new box for sb, which keeps only its files, and
@@ -175,19 +160,9 @@ func putFiles(ctx context.Context, tr http.RoundTripper, path string) error {
 		return err
 	}
 	defer f.Close()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+"files", f)
-	if err != nil {
-		return err
+	err = (&agentproto.Client{Transport: tr}).RestoreFiles(ctx, f)
+	if e := (*agentproto.Error)(nil); errors.As(err, &e) {
+		return fmt.Errorf("its agent refused its files: %s", e.Message)
 	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("its agent refused its files: %s: %s", resp.Status, msg)
-	}
-	return nil
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 )
 
@@ -50,7 +51,7 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 func (m *Manager) quiesce(ctx context.Context, sb *Sandbox) error {
 	// Not sb.transport: it dials through sb.instance(), which waits for
 	// sb.mu, held here.
-	if err := postAgent(ctx, sb.inst, "checkpoint", 10*time.Second); err != nil {
+	if err := postAgent(ctx, sb.inst, (*agentproto.Client).Checkpoint, 10*time.Second); err != nil {
 		return err
 	}
 	sb.transport.CloseIdleConnections()

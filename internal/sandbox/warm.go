@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -123,10 +122,10 @@ func (m *Manager) saveReady(ctx context.Context, t *Template, be Backend) (strin
 	// The kernel that the agent prestarts, importing modules, is what a
 	// clone should not start again: wait for it. Then the agent lets go of
 	// the host's socket, which a save cannot keep.
-	if err := postAgent(ctx, inst, "settle", time.Minute); err != nil {
+	if err := postAgent(ctx, inst, (*agentproto.Client).Settle, time.Minute); err != nil {
 		return "", fmt.Errorf("settle: %w", err)
 	}
-	if err := postAgent(ctx, inst, "checkpoint", 10*time.Second); err != nil {
+	if err := postAgent(ctx, inst, (*agentproto.Client).Checkpoint, 10*time.Second); err != nil {
 		return "", fmt.Errorf("quiesce: %w", err)
 	}
 	tmp, err := m.scratchDir("warm")
@@ -157,7 +156,7 @@ func (m *Manager) cloneWarm(ctx context.Context, w *warmSnap, pol policy.Policy)
 	if err == nil {
 		// Its agent answers, and its kernels' random numbers are its own.
 		if err = warm(ctx, inst); err == nil {
-			err = postAgent(ctx, inst, "reseed", 30*time.Second)
+			err = postAgent(ctx, inst, (*agentproto.Client).Reseed, 30*time.Second)
 		}
 		if err != nil {
 			m.discard(inst)
@@ -195,24 +194,12 @@ func (m *Manager) removeWarm() {
 	}
 }
 
-// postAgent posts to the agent's private endpoint name (SetupPath+name),
-// which answers 204.
-func postAgent(ctx context.Context, inst Instance, name string, timeout time.Duration) error {
+// postAgent makes call, a private endpoint's method of agentproto.Client,
+// to inst's agent.
+func postAgent(ctx context.Context, inst Instance, call func(*agentproto.Client, context.Context) error, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+agentproto.SetupPath+name, nil)
-	if err != nil {
-		return err
-	}
 	tr := agentTransport(the(inst))
 	defer tr.CloseIdleConnections()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("the agent answered %s", resp.Status)
-	}
-	return nil
+	return call(&agentproto.Client{Transport: tr}, ctx)
 }

@@ -1,0 +1,90 @@
+package filesystem
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/identity"
+	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
+)
+
+// These tests serve the service in-process, as the test's user, with a
+// temporary home: its wire protocol without a sandbox around it.
+
+// newService serves a new service whose user's home is a temporary
+// directory.
+func newService(t *testing.T) (s *Service, url, home string) {
+	t.Helper()
+	home = t.TempDir()
+	s = New(identity.Users{Home: home})
+	mux := http.NewServeMux()
+	s.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return s, srv.URL, home
+}
+
+// entry is an EntryInfo as the client reads it.
+type entry struct {
+	Name          string            `json:"name"`
+	Type          string            `json:"type"`
+	Path          string            `json:"path"`
+	Size          string            `json:"size"` // int64, a string in proto3 JSON
+	Mode          uint32            `json:"mode"`
+	Permissions   string            `json:"permissions"`
+	Owner         string            `json:"owner"`
+	Group         string            `json:"group"`
+	ModifiedTime  string            `json:"modifiedTime"`
+	SymlinkTarget *string           `json:"symlinkTarget"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
+type entryAnswer struct {
+	Entry entry `json:"entry"`
+}
+
+func stat(t *testing.T, url, path string) entry {
+	t.Helper()
+	var r entryAnswer
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": path}, &r)
+	return r.Entry
+}
+
+func listDirCall(t *testing.T, url, path string, depth int) []entry {
+	t.Helper()
+	var r struct {
+		Entries []entry `json:"entries"`
+	}
+	rpctest.MustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
+	return r.Entries
+}
+
+func paths(es []entry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Path)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestOtherUsers: every call acts for the request's user, and one this
+// sandbox has not is refused before anything is touched.
+func TestOtherUsers(t *testing.T) {
+	_, url, _ := newService(t)
+	for _, method := range []string{"Stat", "MakeDir", "Move", "ListDir", "Remove"} {
+		req, _ := http.NewRequest("POST", url+"/filesystem.Filesystem/"+method, nil)
+		req.Header.Set("Content-Type", "application/json")
+		req.SetBasicAuth("root", "")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s as root in a sandbox without one: %d, want 403", method, resp.StatusCode)
+		}
+	}
+}
