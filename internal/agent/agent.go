@@ -107,6 +107,14 @@ func (a *Agent) setup(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// Close ends every process and kernel the agent started. A sandbox's end
+// does that for an agent inside it; an agent in a process that outlives
+// its sandbox (the fake backend's, in tests) is closed instead.
+func (a *Agent) Close() {
+	a.procs.Close()
+	a.interp.Close()
+}
+
 // Serve answers on ln until ctx ends.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}

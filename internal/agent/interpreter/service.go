@@ -83,3 +83,17 @@ func newID() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// Close kills every kernel the service started (see process.Service's
+// Close for who needs it).
+func (s *Service) Close() {
+	s.mu.Lock()
+	contexts := make([]*codeContext, 0, len(s.contexts))
+	for _, c := range s.contexts {
+		contexts = append(contexts, c)
+	}
+	s.mu.Unlock()
+	for _, c := range contexts {
+		c.close()
+	}
+}

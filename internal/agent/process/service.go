@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"golang.org/x/sys/unix"
 )
 
 // Service holds the processes the agent started, by pid.
@@ -80,4 +81,19 @@ func (s *Service) remove(p *process) {
 	s.mu.Lock()
 	delete(s.m, p.info.Pid)
 	s.mu.Unlock()
+}
+
+// Close kills every process the service started, with its group. In a
+// sandbox nothing needs it (the sandbox's end kills them all); an agent
+// in a process that outlives its sandbox (the fake backend's) does.
+func (s *Service) Close() {
+	s.mu.Lock()
+	procs := make([]*process, 0, len(s.m))
+	for _, p := range s.m {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.signal(unix.SIGKILL)
+	}
 }

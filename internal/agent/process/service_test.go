@@ -4,6 +4,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -145,4 +148,65 @@ func TestSelect(t *testing.T) {
 			t.Errorf("%+v: got %v, want pid %d", tc.sel, err, tc.want)
 		}
 	}
+}
+
+// Close kills every process the service started, with its group: an
+// agent that outlives its sandbox (the fake backend's) leaves nothing.
+func TestCloseKillsEveryProcess(t *testing.T) {
+	s, url, _ := newService(t)
+	stream, pid := startProcess(t, url, command("/bin/sh", "-c", "sleep 600 & echo started; wait"), "")
+	var ev event
+	for {
+		if more, err := stream.Next(&ev); !more {
+			t.Fatalf("the stream ended before the process wrote: %v", err)
+		}
+		if ev.Event.Data != nil {
+			break
+		}
+	}
+	s.Close()
+	r := finish(t, stream, pid)
+	if r.exitCode == 0 || !strings.Contains(r.status, "killed") {
+		t.Errorf("after Close: %+v, want the process killed", r)
+	}
+	if left := liveInGroup(int(pid)); len(left) > 0 {
+		t.Errorf("processes of the group of %d are still running: %v", pid, left)
+	}
+}
+
+// liveInGroup lists the processes of process group pgid that are neither
+// zombies (a killed child waits for init to reap it) nor on their way
+// out (SIGKILL pending: the kill has been sent, not yet acted on).
+func liveInGroup(pgid int) []string {
+	var live []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces.
+		_, rest, _ := strings.Cut(string(data), ") ")
+		fields := strings.Fields(rest)
+		if len(fields) > 2 && fields[2] == strconv.Itoa(pgid) && fields[0] != "Z" && !killPending(filepath.Dir(f)) {
+			live = append(live, f)
+		}
+	}
+	return live
+}
+
+// killPending reports whether the process at /proc/PID dir has SIGKILL
+// pending, for itself or its thread group.
+func killPending(dir string) bool {
+	status, _ := os.ReadFile(filepath.Join(dir, "status"))
+	for line := range strings.Lines(string(status)) {
+		k, v, _ := strings.Cut(line, ":")
+		if k != "SigPnd" && k != "ShdPnd" {
+			continue
+		}
+		if bits, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && bits&(1<<(9-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -124,6 +124,8 @@ func (i *Instance) Wait() error {
 		saved := i.saved
 		i.mu.Unlock()
 		if !saved {
+			// Its processes and kernels end with it, as a sandbox's do.
+			i.agent.Close()
 			os.RemoveAll(i.dir)
 		}
 		i.mu.Lock()
