@@ -56,131 +56,161 @@ func unpack(r io.Reader, dst string, lim Limits, budget int64) (size int64, diff
 	}
 	defer root.Close()
 	h := sha256.New()
-	tr := tar.NewReader(io.TeeReader(r, h))
-	type dirTime struct {
-		name  string
-		mtime time.Time
-	}
-	var dirs []dirTime
+	u := &unpacker{root: root, tr: tar.NewReader(io.TeeReader(r, h)), lim: lim, budget: budget}
 	for n := 0; ; n++ {
-		hdr, err := tr.Next()
+		hdr, err := u.tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return size, "", refuse("the layer is not a valid tar archive: %v", err)
+			return u.size, "", refuse("the layer is not a valid tar archive: %v", err)
 		}
 		if n >= lim.Entries {
-			return size, "", refuse("the layer has more than %d entries", lim.Entries)
+			return u.size, "", refuse("the layer has more than %d entries", lim.Entries)
 		}
-		name, err := entryName(hdr.Name)
-		if err != nil {
-			return size, "", err
-		}
-		if hdr.Uid < 0 || hdr.Uid > maxID || hdr.Gid < 0 || hdr.Gid > maxID {
-			return size, "", refuse("entry %q is owned by %d:%d: a sandbox maps ids 0 to %d only", hdr.Name, hdr.Uid, hdr.Gid, maxID)
-		}
-		dir, base := path.Split(name)
-		dir = strings.TrimSuffix(dir, "/")
-		if dir == "" {
-			dir = "."
-		}
-		if name != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-		}
-		switch {
-		case base == ".wh..wh..opq":
-			if err := opaque(root, dir); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-			continue
-		case strings.HasPrefix(base, ".wh."):
-			if err := whiteout(root, dir, base[len(".wh."):]); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-			continue
-		}
-		mode := fileMode(hdr.Mode)
-		if name != "." && hdr.Typeflag != tar.TypeDir {
-			// A later entry replaces an earlier one of the same path.
-			if err := root.RemoveAll(name); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-			if fi, err := root.Lstat(name); err != nil || !fi.IsDir() {
-				return size, "", refuse("entry %q: not a directory where one was made", hdr.Name)
-			}
-			dirs = append(dirs, dirTime{name, hdr.ModTime})
-		case tar.TypeReg:
-			if hdr.Size > lim.LayerBytes-size || hdr.Size > budget-size {
-				return size, "", refuse("the layer unpacks to more than its limit (%d bytes for one layer, %d for the image)", lim.LayerBytes, budget)
-			}
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-			written, err := io.Copy(f, io.LimitReader(tr, hdr.Size))
-			size += written
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return size, "", fmt.Errorf("entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeSymlink:
-			// The target is resolved inside the sandbox, never here.
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-		case tar.TypeLink:
-			target, err := entryName(hdr.Linkname)
-			if err != nil {
-				return size, "", err
-			}
-			fi, err := root.Lstat(target)
-			if err != nil || !fi.Mode().IsRegular() {
-				return size, "", refuse("entry %q links to %q, which is not a file of the layer", hdr.Name, hdr.Linkname)
-			}
-			if err := root.Link(target, name); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-		case tar.TypeFifo:
-			if err := mknod(root, dir, base, unix.S_IFIFO|uint32(hdr.Mode&0o777), 0); err != nil {
-				return size, "", refuse("entry %q: %v", hdr.Name, err)
-			}
-		case tar.TypeChar, tar.TypeBlock:
-			return size, "", refuse("entry %q is a device node: images may not carry any", hdr.Name)
-		default:
-			continue // PAX and GNU metadata, read by archive/tar itself
-		}
-		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
-			return size, "", fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink {
-			if err := root.Chmod(name, mode); err != nil {
-				return size, "", fmt.Errorf("entry %q: %w", hdr.Name, err)
-			}
-			if hdr.Typeflag != tar.TypeDir {
-				root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-			}
+		if err := u.entry(hdr); err != nil {
+			return u.size, "", err
 		}
 	}
 	// The tar stream may end before its padding: the digest is of all of it.
 	if _, err := io.Copy(io.Discard, r); err != nil {
-		return size, "", err
+		return u.size, "", err
 	}
 	// Directories last: writing their entries changed their times.
-	for i := len(dirs) - 1; i >= 0; i-- {
-		root.Chtimes(dirs[i].name, dirs[i].mtime, dirs[i].mtime)
+	for i := len(u.dirs) - 1; i >= 0; i-- {
+		root.Chtimes(u.dirs[i].name, u.dirs[i].mtime, u.dirs[i].mtime)
 	}
-	return size, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return u.size, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// unpacker is one layer being unpacked through an os.Root.
+type unpacker struct {
+	root   *os.Root
+	tr     *tar.Reader
+	lim    Limits
+	budget int64
+	size   int64 // bytes of regular files written so far
+	dirs   []dirTime
+}
+
+type dirTime struct {
+	name  string
+	mtime time.Time
+}
+
+// entry unpacks one entry of the layer: checked, its parent made, a
+// whiteout applied or the entry made, then its owner, mode and time.
+func (u *unpacker) entry(hdr *tar.Header) error {
+	root := u.root
+	name, err := entryName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if hdr.Uid < 0 || hdr.Uid > maxID || hdr.Gid < 0 || hdr.Gid > maxID {
+		return refuse("entry %q is owned by %d:%d: a sandbox maps ids 0 to %d only", hdr.Name, hdr.Uid, hdr.Gid, maxID)
+	}
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	if name != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return refuse("entry %q: %v", hdr.Name, err)
+		}
+	}
+	switch {
+	case base == ".wh..wh..opq":
+		if err := opaque(root, dir); err != nil {
+			return refuse("entry %q: %v", hdr.Name, err)
+		}
+		return nil
+	case strings.HasPrefix(base, ".wh."):
+		if err := whiteout(root, dir, base[len(".wh."):]); err != nil {
+			return refuse("entry %q: %v", hdr.Name, err)
+		}
+		return nil
+	}
+	if name != "." && hdr.Typeflag != tar.TypeDir {
+		// A later entry replaces an earlier one of the same path.
+		if err := root.RemoveAll(name); err != nil {
+			return refuse("entry %q: %v", hdr.Name, err)
+		}
+	}
+	made, err := u.make(hdr, name, dir, base)
+	if err != nil || !made {
+		return err
+	}
+	if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+		return fmt.Errorf("entry %q: %w", hdr.Name, err)
+	}
+	if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink {
+		if err := root.Chmod(name, fileMode(hdr.Mode)); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		if hdr.Typeflag != tar.TypeDir {
+			root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+		}
+	}
+	return nil
+}
+
+// make makes the entry name of hdr's type; made is false for entries
+// that are metadata of the archive, not files.
+func (u *unpacker) make(hdr *tar.Header, name, dir, base string) (made bool, err error) {
+	root := u.root
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return false, refuse("entry %q: %v", hdr.Name, err)
+		}
+		if fi, err := root.Lstat(name); err != nil || !fi.IsDir() {
+			return false, refuse("entry %q: not a directory where one was made", hdr.Name)
+		}
+		u.dirs = append(u.dirs, dirTime{name, hdr.ModTime})
+	case tar.TypeReg:
+		if hdr.Size > u.lim.LayerBytes-u.size || hdr.Size > u.budget-u.size {
+			return false, refuse("the layer unpacks to more than its limit (%d bytes for one layer, %d for the image)", u.lim.LayerBytes, u.budget)
+		}
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return false, refuse("entry %q: %v", hdr.Name, err)
+		}
+		written, err := io.Copy(f, io.LimitReader(u.tr, hdr.Size))
+		u.size += written
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return false, fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+	case tar.TypeSymlink:
+		// The target is resolved inside the sandbox, never here.
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return false, refuse("entry %q: %v", hdr.Name, err)
+		}
+	case tar.TypeLink:
+		target, err := entryName(hdr.Linkname)
+		if err != nil {
+			return false, err
+		}
+		fi, err := root.Lstat(target)
+		if err != nil || !fi.Mode().IsRegular() {
+			return false, refuse("entry %q links to %q, which is not a file of the layer", hdr.Name, hdr.Linkname)
+		}
+		if err := root.Link(target, name); err != nil {
+			return false, refuse("entry %q: %v", hdr.Name, err)
+		}
+	case tar.TypeFifo:
+		if err := mknod(root, dir, base, unix.S_IFIFO|uint32(hdr.Mode&0o777), 0); err != nil {
+			return false, refuse("entry %q: %v", hdr.Name, err)
+		}
+	case tar.TypeChar, tar.TypeBlock:
+		return false, refuse("entry %q is a device node: images may not carry any", hdr.Name)
+	default:
+		return false, nil // PAX and GNU metadata, read by archive/tar itself
+	}
+	return true, nil
 }
 
 // fileMode converts a tar entry's Unix mode bits to an os.FileMode,
