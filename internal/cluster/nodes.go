@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +121,9 @@ func (s *nodeSet) rebuild() {
 		}
 		all = append(all, k)
 	}
+	// In the order of their names: the informers' stores list in no
+	// order, and a signed URL asks node after node.
+	slices.SortFunc(all, func(a, b known) int { return strings.Compare(a.Name, b.Name) })
 	s.bad = bad
 	s.known.Store(&all)
 }
