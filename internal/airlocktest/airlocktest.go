@@ -23,7 +23,8 @@ func RequiresRoot(t testing.TB) {
 // namespaces backend sets it (this package may not import backends).
 var SandboxUIDs = [2]int{1 << 30, 1 << 31}
 
-// SandboxProcs lists host pids whose real uid is a sandbox's.
+// SandboxProcs lists host pids whose real uid is a sandbox's, but for
+// the dead ones the host's init has yet to reap.
 func SandboxProcs() []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
@@ -36,15 +37,21 @@ func SandboxProcs() []int {
 		if err != nil {
 			continue
 		}
+		// A zombie handed to the host's init (its sandbox's pid
+		// namespace ended) is dead: reaping it is that init's business,
+		// which may take a moment.
+		fields := map[string]string{}
 		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-				f := strings.Fields(rest)
-				if len(f) == 0 {
-					continue
-				}
-				if uid, err := strconv.Atoi(f[0]); err == nil && uid >= SandboxUIDs[0] && uid < SandboxUIDs[1] {
-					pids = append(pids, pid)
-				}
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		if strings.HasPrefix(fields["State"], "Z") && fields["PPid"] == "1" {
+			continue
+		}
+		if f := strings.Fields(fields["Uid"]); len(f) > 0 {
+			if uid, err := strconv.Atoi(f[0]); err == nil && uid >= SandboxUIDs[0] && uid < SandboxUIDs[1] {
+				pids = append(pids, pid)
 			}
 		}
 	}
