@@ -2,13 +2,13 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandboxid"
 )
 
 // running is how many registered sandboxes run (or are paused in
@@ -164,10 +164,5 @@ func (m *Manager) Counts() (running map[string]int, pooled map[string]int) {
 	return running, pooled
 }
 
-// newSandboxID is E2B-like: a letter and 19 lower-case hex digits, the
-// first of them prefix.
-func newSandboxID(prefix string) string {
-	var b [10]byte
-	rand.Read(b[:])
-	return "i" + prefix + hex.EncodeToString(b[:])[:19-len(prefix)]
-}
+// newSandboxID is a new id, beginning with prefix (sandboxid.New).
+func newSandboxID(prefix string) string { return sandboxid.New(prefix) }

@@ -34,7 +34,7 @@ func TestSandboxIDs(t *testing.T) {
 	if !shape.MatchString(id) || sandboxid.NodeOf(id) != prefix {
 		t.Errorf("id %q: its node is %q, want %q", id, sandboxid.NodeOf(id), prefix)
 	}
-	if !recordName().MatchString(id + ".json") {
+	if !recordName(id + ".json") {
 		t.Errorf("the record of %s would not be found again", id)
 	}
 	m, _ := newManager(t, Config{IDPrefix: prefix}, 0)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandboxid"
 )
 
 // A sandbox saved to disk (savedisk.go) or that kept only its files
@@ -39,7 +40,12 @@ type savedRecord struct {
 	Env                       map[string]string
 }
 
-var recordName = lazyRegexp(`^i[0-9a-f]{19}\.json$`)
+// recordName reports whether name is a saved sandbox's record: its id
+// and ".json".
+func recordName(name string) bool {
+	id, ok := strings.CutSuffix(name, ".json")
+	return ok && sandboxid.Valid(id)
+}
 
 func (m *Manager) savedDir() string { return filepath.Join(m.cfg.StateDir, "saved") }
 
@@ -96,7 +102,7 @@ func (m *Manager) loadSaved() {
 	recorded := map[string]bool{}         // ids
 	entries, _ := os.ReadDir(m.savedDir())
 	for _, e := range entries {
-		if !recordName().MatchString(e.Name()) {
+		if !recordName(e.Name()) {
 			continue
 		}
 		path := filepath.Join(m.savedDir(), e.Name())

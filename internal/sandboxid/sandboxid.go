@@ -8,6 +8,7 @@
 package sandboxid
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"net"
@@ -21,9 +22,37 @@ func NodePrefix(node string) string {
 	return hex.EncodeToString(sum[:3])
 }
 
-// NodeOf is the node prefix of sandbox id, "" if id is no sandbox id.
+// An id is E2B-like: "i" and 19 lower-case hex digits, the first of
+// them, in a cluster, its node's prefix. New makes them, Valid reads
+// them: the one place the format is written.
+const idDigits = 19
+
+// New returns a new random sandbox id beginning with prefix (hex
+// digits, at most 19; "" outside a cluster).
+func New(prefix string) string {
+	var b [10]byte
+	rand.Read(b[:])
+	return "i" + prefix + hex.EncodeToString(b[:])[:idDigits-len(prefix)]
+}
+
+// Valid reports whether id has the form of a sandbox id.
+func Valid(id string) bool {
+	if len(id) != 1+idDigits || id[0] != 'i' {
+		return false
+	}
+	for _, c := range id[1:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeOf is the node prefix of sandbox id, "" if id is no sandbox id. It
+// reads only the id's length, "i" and prefix, of either case: a router
+// passes on what it cannot place to a node, which knows its ids.
 func NodeOf(id string) string {
-	if len(id) != 20 || id[0] != 'i' {
+	if len(id) != 1+idDigits || id[0] != 'i' {
 		return ""
 	}
 	p := id[1:7]

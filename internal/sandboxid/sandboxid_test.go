@@ -87,3 +87,17 @@ func FuzzParseHost(f *testing.F) {
 		}
 	})
 }
+
+func TestNewIsValid(t *testing.T) {
+	for _, prefix := range []string{"", "abc123", "0123456789abcdef012"} {
+		id := New(prefix)
+		if !Valid(id) || !strings.HasPrefix(id, "i"+prefix) || len(id) != 20 {
+			t.Errorf("New(%q) = %q: not a valid id of that prefix", prefix, id)
+		}
+	}
+	for _, bad := range []string{"", "i", "iABCDEF0123456789abc", "x0123456789abcdef012", "i0123456789abcdef01", "i0123456789abcdef0123", "i0123456789abcdef01g"} {
+		if Valid(bad) {
+			t.Errorf("Valid(%q) = true", bad)
+		}
+	}
+}
