@@ -270,6 +270,13 @@ func (l *Lab) startServers() error {
 	if err != nil {
 		return fmt.Errorf("lab servers: %w", err)
 	}
+	l.serveWeb(httpLn, tlsLn, bannerLn, certs)
+	return l.serveDNS(dnsPC, dnsLn)
+}
+
+// serveWeb serves the lab's HTTP, HTTPS and banner servers on their
+// listeners until the lab closes.
+func (l *Lab) serveWeb(httpLn, tlsLn, bannerLn net.Listener, certs []tls.Certificate) {
 	// Every answer says which address it came from and for which name;
 	// /bytes?n=N answers N bytes, for throughput.
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -308,6 +315,11 @@ func (l *Lab) startServers() error {
 			c.Close()
 		}
 	}()
+}
+
+// serveDNS serves the lab's DNS server over UDP and TCP, writing down
+// every name it is asked (DNSLog), until the lab closes.
+func (l *Lab) serveDNS(dnsPC net.PacketConn, dnsLn net.Listener) error {
 	l.DNSLog = l.dir + "/dns-queries.log"
 	dnsLog, err := os.OpenFile(l.DNSLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
