@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	build := exec.Command("go", "build", "-o", airlockBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
 		panic("build airlock: " + err.Error() + "\n" + string(out))
 	}
 	code := m.Run()
