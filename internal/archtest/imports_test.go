@@ -103,7 +103,7 @@ var allowed = map[string][]string{
 	"internal/ocilayer":        {},
 	"internal/image/imagetest": {},
 
-	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto"},
+	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto", "internal/sandboxid"},
 	// The daemon's settings and their precedence: what they become is
 	// the daemon package's business.
 	"internal/config": {"internal/policy"},
