@@ -59,7 +59,7 @@ var allowed = map[string][]string{
 	// nodes' own APIs: it knows no other package of the daemon.
 	"internal/cluster":             {"internal/sandboxid"},
 	"internal/sandboxid":           {},
-	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agentproto"},
+	"internal/backend/fake":        {"internal/backend", "internal/policy", "internal/agent", "internal/agent/checkpoint", "internal/agent/filestate", "internal/agentproto"},
 	"internal/backend/backendtest": {"internal/policy", "internal/backend", "internal/agentproto", "internal/layout"},
 
 	// The agent, which runs in every sandbox: its wiring (New, Handler,

@@ -51,7 +51,7 @@ func (s *Server) Serve(ctx context.Context, path string, h http.Handler, resume 
 			return err
 		}
 		s.log.Debug("listening", "path", path)
-		tl := &trackingListener{Listener: ln, conns: map[net.Conn]struct{}{}}
+		tl := NewListener(ln)
 		quiesce := make(chan struct{})
 		s.setQuiesce(func() { close(quiesce) })
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
@@ -66,7 +66,7 @@ func (s *Server) Serve(ctx context.Context, path string, h http.Handler, resume 
 		case <-quiesce:
 		}
 		srv.Close()
-		tl.closeAll()
+		tl.CloseAll()
 		os.Remove(path)
 		// The daemon signals a restored agent until it listens: a
 		// signal of that earlier restore must not end this wait.
@@ -102,16 +102,21 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 	quiesce()
 }
 
-// trackingListener remembers the connections it accepted until they are
+// NewListener tracks the connections ln accepts.
+func NewListener(ln net.Listener) *Listener {
+	return &Listener{Listener: ln, conns: map[net.Conn]struct{}{}}
+}
+
+// Listener remembers the connections it accepted until they are
 // closed, so that all of them can be closed at once: http.Server.Close
 // forgets hijacked ones (the forwarded ports').
-type trackingListener struct {
+type Listener struct {
 	net.Listener
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 }
 
-func (l *trackingListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
@@ -123,7 +128,8 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	return tc, nil
 }
 
-func (l *trackingListener) closeAll() {
+// CloseAll closes the listener and every connection it accepted.
+func (l *Listener) CloseAll() {
 	l.Listener.Close()
 	l.mu.Lock()
 	conns := l.conns
@@ -136,7 +142,7 @@ func (l *trackingListener) closeAll() {
 
 type trackedConn struct {
 	net.Conn
-	l    *trackingListener
+	l    *Listener
 	once sync.Once
 }
 

@@ -198,7 +198,7 @@ func TestTrackedConns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl := &trackingListener{Listener: ln, conns: map[net.Conn]struct{}{}}
+	tl := NewListener(ln)
 	var accepted []net.Conn
 	for range 3 {
 		c, err := net.Dial("unix", ln.Addr().String())
@@ -218,7 +218,7 @@ func TestTrackedConns(t *testing.T) {
 	if len(tl.conns) != 2 {
 		t.Errorf("%d tracked after one closed, want 2", len(tl.conns))
 	}
-	tl.closeAll()
+	tl.CloseAll()
 	for _, a := range accepted {
 		if err := a.Close(); err != nil {
 			t.Errorf("closing again: %v", err)

@@ -36,8 +36,12 @@ type Service struct {
 }
 
 // New returns the service of an agent that is the sandbox's root or not.
-func New(log *slog.Logger, root bool) *Service {
-	return &Service{log: log, root: root, base: "/"}
+func New(log *slog.Logger, root bool) *Service { return NewAt(log, root, "/") }
+
+// NewAt is New for an agent whose sandbox's / is base: the fake backend
+// keeps a box's home and /tmp below a directory of its own.
+func NewAt(log *slog.Logger, root bool, base string) *Service {
+	return &Service{log: log, root: root, base: base}
 }
 
 // Register adds the daemon's private SavedFilesPath and UntarPath to mux.

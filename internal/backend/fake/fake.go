@@ -191,7 +191,7 @@ func (b *Backend) newBox() (*box, error) {
 	b.boxes++
 	dir := filepath.Join(b.dir, strconv.Itoa(b.boxes))
 	b.mu.Unlock()
-	bx := &box{dir: dir, home: filepath.Join(dir, "home"), tmp: filepath.Join(dir, "tmp"), sock: filepath.Join(dir, "a.sock"), env: map[string]string{}}
+	bx := &box{dir: dir, home: filepath.Join(dir, "home", "user"), tmp: filepath.Join(dir, "tmp"), sock: filepath.Join(dir, "a.sock"), env: map[string]string{}}
 	for _, d := range []string{bx.home, bx.tmp} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			os.RemoveAll(dir)

@@ -11,9 +11,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/checkpoint"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -64,7 +64,7 @@ func (b *Backend) serve(bx *box, p policy.Policy, netns *os.File) (*Instance, er
 func (i *Instance) serve(ctx context.Context, ln net.Listener) {
 	defer close(i.done)
 	for {
-		tl := &trackingListener{Listener: ln, conns: map[net.Conn]struct{}{}}
+		tl := checkpoint.NewListener(ln)
 		srv := &http.Server{Handler: i.handler(), ReadHeaderTimeout: 30 * time.Second}
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(tl) }()
@@ -73,7 +73,7 @@ func (i *Instance) serve(ctx context.Context, ln net.Listener) {
 		case <-i.quiesce:
 		}
 		srv.Close()
-		tl.closeAll()
+		tl.CloseAll()
 		<-served
 		os.Remove(i.sock)
 		if ctx.Err() != nil {
@@ -105,8 +105,9 @@ func (i *Instance) serve(ctx context.Context, ln net.Listener) {
 func (i *Instance) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+agentproto.SetupPath+"checkpoint", i.checkpoint)
-	mux.HandleFunc("GET "+agentproto.SetupPath+"files", i.getFiles)
-	mux.HandleFunc("POST "+agentproto.SetupPath+"files", i.postFiles)
+	files := i.files()
+	mux.Handle("GET "+agentproto.SavedFilesPath, files)
+	mux.Handle("POST "+agentproto.SavedFilesPath, files)
 	mux.HandleFunc("POST "+agentproto.SetupPath+"setup", i.setup)
 	mux.Handle("/", i.agentHandler)
 	return mux
@@ -185,52 +186,4 @@ func (i *Instance) listenAgain() {
 	case <-ack:
 	case <-i.done:
 	}
-}
-
-// trackingListener remembers the connections it accepted until they are
-// closed, so that all can be closed at once: http.Server.Close forgets
-// hijacked ones (the forwarded ports').
-type trackingListener struct {
-	net.Listener
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func (l *trackingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	tc := &trackedConn{Conn: c, l: l}
-	l.mu.Lock()
-	if l.conns == nil { // closed meanwhile
-		l.mu.Unlock()
-		c.Close()
-		return nil, net.ErrClosed
-	}
-	l.conns[tc] = struct{}{}
-	l.mu.Unlock()
-	return tc, nil
-}
-
-func (l *trackingListener) closeAll() {
-	l.Listener.Close()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for c := range l.conns {
-		c.(*trackedConn).Conn.Close()
-	}
-	l.conns = nil
-}
-
-type trackedConn struct {
-	net.Conn
-	l *trackingListener
-}
-
-func (c *trackedConn) Close() error {
-	c.l.mu.Lock()
-	delete(c.l.conns, c)
-	c.l.mu.Unlock()
-	return c.Conn.Close()
 }
