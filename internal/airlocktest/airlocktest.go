@@ -104,9 +104,33 @@ func CheckNoLeftovers(t testing.TB, stateDir string) {
 	if runs, _ := os.ReadDir(filepath.Join(stateDir, "runs")); len(runs) > 0 {
 		t.Errorf("run locks left behind: %d in %s/runs", len(runs), stateDir)
 	}
-	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(mounts), stateDir) {
-		t.Errorf("mounts under %s left in the host mount namespace", stateDir)
+	if mounts := MountsUnder(stateDir); len(mounts) > 0 {
+		t.Errorf("mounts under %s left in the host mount namespace: %v", stateDir, mounts)
 	}
+}
+
+// MountsUnder lists the mount points of this mount namespace at dir or
+// beneath it. Mount points, not substrings: /run/airlock-gvisor is not
+// under /run/airlock.
+func MountsUnder(dir string) []string {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dir = filepath.Clean(dir)
+	var found []string
+	for _, line := range strings.Split(string(info), "\n") {
+		// Field 5 is the mount point, octal-escaped (\040 for a space).
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := f[4]
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			found = append(found, mp)
+		}
+	}
+	return found
 }
 
 // Hosts differ, even of one kind: a test that relies on a host feature

@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/backend/backendtest"
 )
 
@@ -63,8 +63,8 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 	t.Cleanup(func() {
 		s.Kill(t.Context())
 		s.Wait()
-		if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), be.stateDir) {
-			t.Errorf("mounts under the state directory left on the host")
+		if m := airlocktest.MountsUnder(be.stateDir); len(m) > 0 {
+			t.Errorf("mounts under the state directory left on the host: %v", m)
 		}
 	})
 	conn, err := s.Dial(t.Context())
@@ -209,8 +209,8 @@ func TestCleanupRemovesOrphanAgentDirs(t *testing.T) {
 		t.Errorf("a live sandbox's agent directory was removed: %v", err)
 	}
 	live.remove("")
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), be.stateDir) {
-		t.Errorf("mounts under the state directory left on the host")
+	if m := airlocktest.MountsUnder(be.stateDir); len(m) > 0 {
+		t.Errorf("mounts under the state directory left on the host: %v", m)
 	}
 }
 

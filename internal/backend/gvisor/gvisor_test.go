@@ -60,8 +60,8 @@ func checkNoLeftovers(t *testing.T) {
 	if cg := airlocktest.Cgroups(); len(cg) > 0 {
 		t.Errorf("cgroups left behind: %v", cg)
 	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), DefaultStateDir) {
-		t.Errorf("mounts under %s left on the host", DefaultStateDir)
+	if m := airlocktest.MountsUnder(DefaultStateDir); len(m) > 0 {
+		t.Errorf("mounts under %s left on the host: %v", DefaultStateDir, m)
 	}
 	if out, _ := exec.Command("pgrep", "-f", "runsc-sandbox").Output(); len(out) > 0 {
 		t.Errorf("gVisor sandbox processes left: %s", out)
