@@ -236,6 +236,14 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 	if len(layers) > s.limits.Layers {
 		return nil, refuse("the image has %d layers, more than %d", len(layers), s.limits.Layers)
 	}
+	// The diff IDs are the configuration's: a layer's own DiffID is, for
+	// an OCI layout's or a docker save archive's compressed layers, the
+	// hash go-containerregistry computes of what it reads, which the
+	// layer would match whatever it held.
+	diffIDs := cf.RootFS.DiffIDs
+	if len(diffIDs) != len(layers) {
+		return nil, refuse("the image's configuration gives %d diff IDs for its %d layers", len(diffIDs), len(layers))
+	}
 	rec := &Image{Source: source, Digest: digest.String(), Created: time.Now().UTC(),
 		Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
@@ -243,10 +251,7 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		want, err := l.DiffID()
-		if err != nil {
-			return nil, err
-		}
+		want := diffIDs[i]
 		var report func(int64)
 		if p, ok := ctx.Value(progressKey{}).(Progress); ok {
 			report = func(n int64) { p(i+1, len(layers), n) }

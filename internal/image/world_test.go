@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -204,6 +205,66 @@ func TestLayersAsTheWorldWritesThem(t *testing.T) {
 						if fi, err := os.Stat(filepath.Join(dirs[0], "srv/data")); err != nil || fi.Size() != 15000 {
 							t.Errorf("srv/data: %v %v", fi, err)
 						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// worldRefusal is what a refused layer gets: one line saying the layer
+// is not the one its digest names.
+var worldRefusal = regexp.MustCompile(`^layer 1 of 1: the layer( is cut short|'s content does not match its digest sha256:[0-9a-f]{64}$| is longer than)`)
+
+func checkRefused(t *testing.T, s *Store, err error) {
+	t.Helper()
+	t.Logf("refused: %v", err)
+	// One test's failure is not the next's: what it recorded goes.
+	t.Cleanup(func() { s.Remove("altered"); s.Prune() })
+	var ue *UnpackError
+	if !errors.As(err, &ue) || strings.Contains(err.Error(), "\n") || !worldRefusal.MatchString(err.Error()) {
+		t.Fatalf("got %v, want a one-line refusal (%s)", err, worldRefusal)
+	}
+	if _, err := s.Get("altered"); !errors.Is(err, ErrNotFound) {
+		t.Error("the refused image was recorded")
+	}
+	if left, _ := os.ReadDir(filepath.Join(s.dir, "layers")); len(left) != 0 {
+		t.Errorf("left in the store: %v", left)
+	}
+}
+
+// alterations of a layer's uncompressed stream.
+var alterations = []struct {
+	name  string
+	alter func([]byte) []byte
+}{
+	{"a byte of its padding flipped", func(b []byte) []byte {
+		b = bytes.Clone(b)
+		b[len(b)-100] ^= 1
+		return b
+	}},
+	{"cut short in its padding", func(b []byte) []byte { return b[:len(b)-512] }},
+	{"cut short in its entries", func(b []byte) []byte { return b[:len(b)/2] }},
+}
+
+// A layer whose stream is not the one its diff ID names, by a byte of its
+// padding or by what was cut off its end, is refused, pulled or imported:
+// the configuration's diff ID names the whole stream.
+func TestRefusesAlteredStreams(t *testing.T) {
+	s := openStore(t)
+	reg := quietRegistry(nil)
+	defer reg.Close()
+	for _, src := range sources(t, reg) {
+		for _, w := range []imagetest.Writer{imagetest.GNUTar, imagetest.Python} {
+			for _, gz := range []bool{true, false} {
+				for _, a := range alterations {
+					t.Run(fmt.Sprintf("%s %s gzip=%v %s", src.name, w, gz, a.name), func(t *testing.T) {
+						blob, diffID := worldLayer(t, w, gz, a.name)
+						altered := compressed(a.alter(uncompressed(t, blob)), gz)
+						// The blob is consistent with its digest: only the diff
+						// ID tells.
+						_, err := src.store(t, s, imagetest.OCI, worldImage(t, imagetest.OCI, gz, altered, diffID), "altered")
+						checkRefused(t, s, err)
 					})
 				}
 			}
