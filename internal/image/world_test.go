@@ -218,7 +218,7 @@ var worldRefusal = regexp.MustCompile(`^layer 1 of 1: the layer( is cut short|'s
 
 func checkRefused(t *testing.T, s *Store, err error) {
 	t.Helper()
-	t.Logf("refused: %v", err)
+	t.Logf("the store: %v", err)
 	// One test's failure is not the next's: what it recorded goes.
 	t.Cleanup(func() { s.Remove("altered"); s.Prune() })
 	var ue *UnpackError
@@ -268,6 +268,70 @@ func TestRefusesAlteredStreams(t *testing.T) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// A blob that is not the one its digest names is refused, whether its
+// uncompressed stream still matches the diff ID or not: served so by a
+// registry, or so in an OCI layout.
+func TestRefusesAlteredBlobs(t *testing.T) {
+	s := openStore(t)
+	blobAlterations := append(alterations[:len(alterations):len(alterations)], struct {
+		name  string
+		alter func([]byte) []byte
+	}{"gzip's header changed (its stream unchanged)", nil})
+	for _, gz := range []bool{true, false} {
+		for _, a := range blobAlterations {
+			if a.alter == nil && !gz {
+				continue
+			}
+			blob, diffID := worldLayer(t, imagetest.GNUTar, gz, a.name)
+			var altered []byte
+			if a.alter != nil {
+				altered = compressed(a.alter(uncompressed(t, blob)), gz)
+			} else {
+				altered = bytes.Clone(blob)
+				altered[4] ^= 1 // MTIME, which gunzip does not check
+			}
+			img := worldImage(t, imagetest.OCI, gz, blob, diffID)
+			served := altered[:min(len(altered), len(blob))]
+			want, _ := img.Layers()
+			digest, _ := want[0].Digest()
+			t.Run(fmt.Sprintf("registry gzip=%v %s", gz, a.name), func(t *testing.T) {
+				// A registry that serves other bytes for the layer's digest.
+				inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+				lying := quietRegistry(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/blobs/"+digest.String()) {
+						// The length the manifest gives: a shorter body is a
+						// connection cut short.
+						w.Header().Set("Content-Length", fmt.Sprint(len(blob)))
+						w.Header().Set("Docker-Content-Digest", digest.String())
+						w.Write(served)
+						return
+					}
+					inner.ServeHTTP(w, r)
+				}))
+				defer lying.Close()
+				ref := strings.TrimPrefix(lying.URL, "http://") + "/world/altered:1"
+				tag, _ := name.ParseReference(ref)
+				if err := remote.Write(tag, img); err != nil {
+					t.Fatal(err)
+				}
+				_, err := s.Pull(t.Context(), ref, "altered", nil)
+				checkRefused(t, s, err)
+			})
+			t.Run(fmt.Sprintf("oci-layout gzip=%v %s", gz, a.name), func(t *testing.T) {
+				dir := filepath.Join(t.TempDir(), "oci")
+				if err := imagetest.WriteLayout(dir, img); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "blobs/sha256", digest.Hex), altered, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_, err := s.Import(t.Context(), dir, "altered")
+				checkRefused(t, s, err)
+			})
 		}
 	}
 }
