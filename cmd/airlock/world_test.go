@@ -184,6 +184,9 @@ func TestTemplatesAsTheWorldWritesThem(t *testing.T) {
 			})
 		}
 	}
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), state) {
+		t.Errorf("a mount of a template is left on the host:\n%s", data)
+	}
 	airlocktest.CheckNoLeftovers(t, namespaces.DefaultStateDir)
 }
 
