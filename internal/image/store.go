@@ -168,10 +168,16 @@ func (s *Store) Import(ctx context.Context, path, imageName string) (*Image, err
 		if img, err = idx.Image(m.Manifests[0].Digest); err != nil {
 			return nil, fmt.Errorf("%s: %v", path, err)
 		}
-	} else if img, err = tarball.ImageFromPath(path, nil); err != nil {
+		return s.Put(ctx, imageName, path, img)
+	}
+	if img, err = tarball.ImageFromPath(path, nil); err != nil {
 		return nil, fmt.Errorf("%s is not an image archive (docker save): %v", path, err)
 	}
-	return s.Put(ctx, imageName, path, img)
+	// A docker save archive names its layers by their diff IDs only: the
+	// digests go-containerregistry gives them it computed itself, from the
+	// archive (by compressing the layers, for most), so there is nothing
+	// to check them against but the diff IDs, which are checked.
+	return s.record(imageName, func() (*Image, error) { return s.unpack(ctx, path, img, false) })
 }
 
 // Put unpacks img's layers that the store lacks and records img as name,
@@ -219,8 +225,16 @@ func (s *Store) Fetch(ctx context.Context, ref string, auth authn.Authenticator,
 }
 
 // Unpack stores the layers of img that the store lacks and returns its
-// record, without a name.
+// record, without a name. Each layer's blob must be the one its digest
+// and size name, and its uncompressed stream the one its diff ID names,
+// each to its last byte.
 func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image, error) {
+	return s.unpack(ctx, source, img, true)
+}
+
+// unpack is Unpack, checking the layers' blobs against their digests if
+// checkBlobs.
+func (s *Store) unpack(ctx context.Context, source string, img v1.Image, checkBlobs bool) (*Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("image configuration: %w", err)
@@ -236,6 +250,14 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 	if len(layers) > s.limits.Layers {
 		return nil, refuse("the image has %d layers, more than %d", len(layers), s.limits.Layers)
 	}
+	// The diff IDs are the configuration's: a layer's own DiffID is, for
+	// an OCI layout's or a docker save archive's compressed layers, the
+	// hash go-containerregistry computes of what it reads, which the
+	// layer would match whatever it held.
+	diffIDs := cf.RootFS.DiffIDs
+	if len(diffIDs) != len(layers) {
+		return nil, refuse("the image's configuration gives %d diff IDs for its %d layers", len(diffIDs), len(layers))
+	}
 	rec := &Image{Source: source, Digest: digest.String(), Created: time.Now().UTC(),
 		Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
@@ -243,15 +265,12 @@ func (s *Store) Unpack(ctx context.Context, source string, img v1.Image) (*Image
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		want, err := l.DiffID()
-		if err != nil {
-			return nil, err
-		}
+		want := diffIDs[i]
 		var report func(int64)
 		if p, ok := ctx.Value(progressKey{}).(Progress); ok {
 			report = func(n int64) { p(i+1, len(layers), n) }
 		}
-		size, err := s.addLayer(l, want.String(), s.limits.ImageBytes-rec.Size, report)
+		size, err := s.addLayer(l, want.String(), checkBlobs, s.limits.ImageBytes-rec.Size, report)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
 		}
@@ -321,8 +340,9 @@ func (s *Store) AddLayer(r io.Reader, budget int64) (diffID string, size int64, 
 func (s *Store) Limits() Limits { return s.limits }
 
 // addLayer unpacks l unless the store has it. It is unpacked aside and
-// renamed into place, so that a layer in the store is always whole.
-func (s *Store) addLayer(l v1.Layer, diffID string, budget int64, report func(int64)) (int64, error) {
+// renamed into place, so that a layer in the store is always whole. With
+// checkBlob, its blob is checked against its digest in the same pass.
+func (s *Store) addLayer(l v1.Layer, diffID string, checkBlob bool, budget int64, report func(int64)) (int64, error) {
 	dir, err := s.layerDir(diffID)
 	if err != nil {
 		return 0, err
@@ -330,8 +350,21 @@ func (s *Store) addLayer(l v1.Layer, diffID string, budget int64, report func(in
 	if size, err := dirSize(dir); err == nil {
 		return size, nil
 	}
+	var b *blob
+	if checkBlob {
+		if l, b, err = checking(l); err != nil {
+			return 0, err
+		}
+	}
 	rc, err := l.Uncompressed()
 	if err != nil {
+		// A decompressor reads the blob's first bytes at once: a blob
+		// that is not the digest's may fail there.
+		if b != nil && b.r != nil {
+			if berr := b.finish(); berr != nil {
+				return 0, berr
+			}
+		}
 		return 0, fmt.Errorf("read layer: %w", err)
 	}
 	defer rc.Close()
@@ -345,6 +378,11 @@ func (s *Store) addLayer(l v1.Layer, diffID string, budget int64, report func(in
 		return 0, err
 	}
 	size, got, err := unpack(r, tmp, s.limits, budget)
+	if b != nil {
+		if berr := b.finish(); berr != nil {
+			err = berr
+		}
+	}
 	if err == nil && got != diffID {
 		err = refuse("the layer's content does not match its digest %s", diffID)
 	}

@@ -55,12 +55,18 @@ func unpack(r io.Reader, dst string, lim Limits, budget int64) (size int64, diff
 		return 0, "", err
 	}
 	defer root.Close()
+	// Every byte read goes through h, the padding after the archive's
+	// end included: the diff ID is of the whole stream.
 	h := sha256.New()
-	u := &unpacker{root: root, tr: tar.NewReader(io.TeeReader(r, h)), lim: lim, budget: budget}
+	stream := io.TeeReader(r, h)
+	u := &unpacker{root: root, tr: tar.NewReader(stream), lim: lim, budget: budget}
 	for n := 0; ; n++ {
 		hdr, err := u.tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return u.size, "", refuse("the layer is cut short: its tar archive ends inside an entry")
 		}
 		if err != nil {
 			return u.size, "", refuse("the layer is not a valid tar archive: %v", err)
@@ -72,9 +78,18 @@ func unpack(r io.Reader, dst string, lim Limits, budget int64) (size int64, diff
 			return u.size, "", err
 		}
 	}
-	// The tar stream may end before its padding: the digest is of all of it.
-	if _, err := io.Copy(io.Discard, r); err != nil {
+	// archive/tar stops at the end-of-archive blocks; GNU tar and Python's
+	// tarfile pad on to a 10,240-byte record. The digest is of all of it,
+	// so the rest is read through h too, and counts against the layer's
+	// limit as file contents do: a stream that ends in a flood of padding
+	// costs the host no more than a file of that size would.
+	left := min(lim.LayerBytes, budget) - u.size
+	n, err := io.CopyN(io.Discard, stream, left+1)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return u.size, "", err
+	}
+	if n > left {
+		return u.size, "", refuse("the layer unpacks to more than its limit (%d bytes for one layer, %d for the image)", lim.LayerBytes, budget)
 	}
 	// Directories last: writing their entries changed their times.
 	for i := len(u.dirs) - 1; i >= 0; i-- {
@@ -180,6 +195,9 @@ func (u *unpacker) make(hdr *tar.Header, name, dir, base string) (made bool, err
 		u.size += written
 		if cerr := f.Close(); err == nil {
 			err = cerr
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, refuse("the layer is cut short: it ends inside entry %q", hdr.Name)
 		}
 		if err != nil {
 			return false, fmt.Errorf("entry %q: %w", hdr.Name, err)

@@ -64,21 +64,9 @@ func Layer(entries ...Entry) (v1.Layer, error) {
 // BusyboxImage is a root of busybox and its applets, an /etc with root,
 // /tmp, and layers on top of it; env and workdir in its configuration.
 func BusyboxImage(env []string, workdir string, top ...v1.Layer) (v1.Image, error) {
-	bin, err := os.ReadFile(Busybox)
+	entries, err := busyboxEntries()
 	if err != nil {
-		return nil, fmt.Errorf("%s (Debian's busybox-static): %w", Busybox, err)
-	}
-	entries := []Entry{
-		{Name: "bin/", Type: tar.TypeDir}, {Name: "etc/", Type: tar.TypeDir}, {Name: "root/", Type: tar.TypeDir, Mode: 0o700},
-		{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777}, {Name: "srv/", Type: tar.TypeDir},
-		{Name: "bin/busybox", Body: string(bin), Mode: 0o755},
-		// The E2B SDK runs every command as bash -l -c: busybox's sh serves.
-		{Name: "bin/bash", Body: "#!/bin/sh\nexec /bin/sh \"$@\"\n", Mode: 0o755},
-		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\n"},
-		{Name: "etc/group", Body: "root:x:0:\n"},
-	}
-	for _, a := range Applets {
-		entries = append(entries, Entry{Name: "bin/" + a, Type: tar.TypeSymlink, Link: "busybox"})
+		return nil, err
 	}
 	base, err := Layer(entries...)
 	if err != nil {
@@ -95,4 +83,25 @@ func BusyboxImage(env []string, workdir string, top ...v1.Layer) (v1.Image, erro
 	cf.Config.Env, cf.Config.WorkingDir = env, workdir
 	cf.OS, cf.Architecture = "linux", "amd64"
 	return mutate.ConfigFile(img, cf)
+}
+
+// busyboxEntries are the files of BusyboxImage's first layer.
+func busyboxEntries() ([]Entry, error) {
+	bin, err := os.ReadFile(Busybox)
+	if err != nil {
+		return nil, fmt.Errorf("%s (Debian's busybox-static): %w", Busybox, err)
+	}
+	entries := []Entry{
+		{Name: "bin/", Type: tar.TypeDir}, {Name: "etc/", Type: tar.TypeDir}, {Name: "root/", Type: tar.TypeDir, Mode: 0o700},
+		{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777}, {Name: "srv/", Type: tar.TypeDir},
+		{Name: "bin/busybox", Body: string(bin), Mode: 0o755},
+		// The E2B SDK runs every command as bash -l -c: busybox's sh serves.
+		{Name: "bin/bash", Body: "#!/bin/sh\nexec /bin/sh \"$@\"\n", Mode: 0o755},
+		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\n"},
+		{Name: "etc/group", Body: "root:x:0:\n"},
+	}
+	for _, a := range Applets {
+		entries = append(entries, Entry{Name: "bin/" + a, Type: tar.TypeSymlink, Link: "busybox"})
+	}
+	return entries, nil
 }
