@@ -19,6 +19,10 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
 	s.m.Metrics().Write(w, running, pooled)
 }
 
+// cpuCount is E2B's cpuCount, a whole number of cores, of a CPU limit
+// that may be a fraction: the fewest whole cores that hold it.
+func cpuCount(cpus float64) int64 { return int64(math.Ceil(cpus)) }
+
 // metrics is E2B's getMetrics of one sandbox.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.PathValue("id"))
@@ -30,10 +34,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{
 			"timestamp":     at,
 			"timestampUnix": at.Unix(),
-			"cpuCount":      sb.CPUs,
+			"cpuCount":      cpuCount(sb.CPUs),
 			"cpuUsedPct":    math.Round(u.CPUPercent*100) / 100,
 			"memUsed":       u.Memory,
 			"memTotal":      sb.MemoryMB << 20,
+			"memCache":      u.Cache,
 			"diskUsed":      u.Disk,
 			"diskTotal":     sb.DiskMB << 20,
 		}

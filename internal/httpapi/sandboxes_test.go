@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -86,21 +87,30 @@ func TestTimeoutAndMetrics(t *testing.T) {
 	if in := a.info(c.SandboxID); time.Until(in.EndAt) < 5*time.Minute {
 		t.Errorf("endAt %v after a timeout of 600 s", in.EndAt)
 	}
+	// The backend counts 20 MiB in use, 3 of them page cache.
+	insts := a.b.Instances()
+	insts[len(insts)-1].SetUsage(backend.Usage{Memory: 20 << 20, Cache: 3 << 20})
 	code, data := a.call("GET", "/sandboxes/"+c.SandboxID+"/metrics", nil)
 	var ms []struct {
-		CPUCount   float64 `json:"cpuCount"`
-		CPUUsedPct float64 `json:"cpuUsedPct"`
-		MemUsed    int64   `json:"memUsed"`
-		MemTotal   int64   `json:"memTotal"`
-		DiskTotal  int64   `json:"diskTotal"`
-		Timestamp  int64   `json:"timestampUnix"`
+		CPUCount   *int64   `json:"cpuCount"`
+		CPUUsedPct *float64 `json:"cpuUsedPct"`
+		MemUsed    *int64   `json:"memUsed"`
+		MemTotal   *int64   `json:"memTotal"`
+		MemCache   *int64   `json:"memCache"`
+		DiskTotal  *int64   `json:"diskTotal"`
+		Timestamp  int64    `json:"timestampUnix"`
 	}
 	if code != http.StatusOK || json.Unmarshal(data, &ms) != nil || len(ms) != 1 {
 		t.Fatalf("metrics: %d %s", code, data)
 	}
 	// diskTotal is what its file systems hold: the default 1 GiB disk
-	// bounded by the 512 MiB of memory (policy.WritableBytes).
-	if m := ms[0]; m.MemUsed != 20<<20 || m.MemTotal != 512<<20 || m.CPUCount != 1 || m.DiskTotal != 384<<20 || m.Timestamp == 0 {
+	// bounded by the 512 MiB of memory (policy.WritableBytes). Every
+	// field is there (E2B's Python SDK raises KeyError for any missing).
+	m := ms[0]
+	if m.CPUCount == nil || m.CPUUsedPct == nil || m.MemUsed == nil || m.MemTotal == nil || m.MemCache == nil || m.DiskTotal == nil {
+		t.Fatalf("metrics %s: a field is missing", data)
+	}
+	if *m.MemUsed != 20<<20 || *m.MemCache != 3<<20 || *m.MemTotal != 512<<20 || *m.CPUCount != 1 || *m.DiskTotal != 384<<20 || m.Timestamp == 0 {
 		t.Errorf("metrics %s", data)
 	}
 	_, body := a.call("GET", "/metrics", nil)

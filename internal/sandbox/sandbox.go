@@ -115,6 +115,7 @@ type Usage struct {
 	// Usage call, or since it was handed out: 0 to 100.
 	CPUPercent float64
 	Memory     int64 // bytes in use
+	Cache      int64 // of Memory, the page cache of files
 	Disk       int64 // bytes its writable file systems hold
 }
 
@@ -139,7 +140,7 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	u := Usage{Memory: bu.Memory}
+	u := Usage{Memory: bu.Memory, Cache: bu.Cache}
 	if !s.Paused() { // a paused agent answers nothing
 		u.Disk = s.diskUsage(ctx)
 	}
