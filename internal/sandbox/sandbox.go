@@ -59,6 +59,8 @@ type Sandbox struct {
 	// box started for it at a resume from SavedFiles is given again.
 	env     map[string]string
 	history []Sample // the sampler's, oldest first
+	// log is its log for its client (log.go), with a lock of its own.
+	log eventLog
 }
 
 // instance is the box that runs s; nil while s is saved.
