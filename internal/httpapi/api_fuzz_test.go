@@ -249,12 +249,15 @@ func FuzzSandboxRequests(f *testing.F) {
 	})
 }
 
+// logQueryRoutes is how many routes FuzzListQuery sends its queries to.
+const logQueryRoutes = 7
+
 // FuzzListQuery: the query of a sandbox list (metadata filter, state,
 // order, startedAfter, limit, nextToken) never panics and is refused as
 // the client's fault or answered with at most limit sandboxes that match
 // the metadata filter, whose X-Next-Token opens a next page that holds
-// none of them. Other queries (snapshots, metrics, build logs) are
-// refused or answered, never failed.
+// none of them. Other queries (snapshots, metrics, build status and
+// logs, sandbox logs) are refused or answered, never failed.
 func FuzzListQuery(f *testing.F) {
 	for _, q := range []string{
 		"", "limit=1", "limit=2&order=asc", "order=desc&state=running,paused", "state=paused&state=running",
@@ -265,9 +268,11 @@ func FuzzListQuery(f *testing.F) {
 		"nextToken=9223372036854775807.zzzz&limit=1", "order=sideways", "limit=1&limit=2", "%gg", "a=%",
 		"name=" + url.QueryEscape("team/snap:tag"), "sandboxID=../x", "start=0&end=1", "start=-1", "end=x",
 		"start=9223372036854775807&end=9223372036854775807", "logsOffset=-1", "logsOffset=99999999999",
-		"metadata=" + url.QueryEscape("ключ=値"),
+		"metadata=" + url.QueryEscape("ключ=値"), "cursor=1&direction=backward&level=warn", "direction=up",
+		"level=fatal", "search=" + strings.Repeat("x", 300), "limit=1001", "limit=101&level=debug", "source=persistent",
+		"start=1700000000000&limit=3", "cursor=-5",
 	} {
-		for route := range 4 {
+		for route := range logQueryRoutes {
 			f.Add(uint8(route), q)
 		}
 	}
@@ -279,7 +284,7 @@ func FuzzListQuery(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, route uint8, query string) {
 		var w *httptest.ResponseRecorder
-		switch route % 4 {
+		switch route % logQueryRoutes {
 		case 0:
 			w = a.do("GET", "/v2/sandboxes", query, nil)
 		case 1:
@@ -289,9 +294,16 @@ func FuzzListQuery(f *testing.F) {
 		case 3:
 			b := a.pendingBuild(t)
 			w = a.do("GET", "/templates/"+b.TemplateID+"/builds/"+b.BuildID+"/status", query, nil)
+		case 4:
+			w = a.do("GET", "/sandboxes/"+a.sandbox(t)+"/logs", query, nil)
+		case 5:
+			w = a.do("GET", "/v2/sandboxes/"+a.sandbox(t)+"/logs", query, nil)
+		case 6:
+			b := a.pendingBuild(t)
+			w = a.do("GET", "/templates/"+b.TemplateID+"/builds/"+b.BuildID+"/logs", query, nil)
 		}
 		a.check(t, w, query)
-		if route%4 != 0 || w.Code != http.StatusOK {
+		if route%logQueryRoutes != 0 || w.Code != http.StatusOK {
 			return
 		}
 		q, _ := url.ParseQuery(query)
