@@ -156,6 +156,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		return nil, err
 	}
 	registered = true
+	m.used(tmpl.Name)
 	m.watch(sb, inst)
 	m.metrics.observeCreate(m.since(start), pooled)
 	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,
