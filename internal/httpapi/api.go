@@ -78,6 +78,10 @@ func (s *Server) routes() {
 	api("POST /sandboxes/{id}/pause", s.pause)
 	api("PUT /sandboxes/{id}/network", s.updateNetwork)
 	api("GET /templates/{a}/{b}", s.templateGet)
+	api("GET /templates", s.listTemplates)
+	api("GET /v2/templates", s.listTemplatesV2)
+	api("PATCH /templates/{id}", s.updateTemplate)
+	api("PATCH /v2/templates/{id}", s.updateTemplate)
 	// Airlock's own: the pools, for the console.
 	api("GET /airlock/pools", s.pools)
 	// A pool's size, set at run time (a cluster's AirlockPools), and back

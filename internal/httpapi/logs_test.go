@@ -205,4 +205,3 @@ func TestBuildLogs(t *testing.T) {
 		t.Errorf("logs of an unknown source: %d, want 400", code)
 	}
 }
-

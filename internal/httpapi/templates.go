@@ -239,7 +239,7 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"buildID": img.BuildKey, "tags": tags})
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildIDOf(img), "tags": tags})
 }
 
 func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
@@ -279,7 +279,7 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, id string)
 		if tag == "" {
 			tag = "default"
 		}
-		out = append(out, map[string]any{"tag": tag, "buildID": img.BuildKey, "createdAt": img.Created})
+		out = append(out, map[string]any{"tag": tag, "buildID": buildIDOf(img), "createdAt": img.Created})
 	}
 	if len(out) == 0 {
 		writeError(w, http.StatusNotFound, "template %q not found", id)
