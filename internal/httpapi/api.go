@@ -71,7 +71,7 @@ func (s *Server) routes() {
 	api("POST /sandboxes/{id}/timeout", s.setTimeout)
 	api("POST /sandboxes/{id}/connect", s.connect)
 	api("POST /v2/sandboxes/{id}/connect", s.connect)
-	api("POST /sandboxes/{id}/resume", s.connect)
+	api("POST /sandboxes/{id}/resume", s.resume)
 	api("GET /sandboxes/{id}/metrics", s.metrics)
 	api("GET /sandboxes/{id}/logs", s.sandboxLogs)
 	api("GET /v2/sandboxes/{id}/logs", s.sandboxLogsV2)

@@ -334,9 +334,10 @@ func TestPauseConnectResume(t *testing.T) {
 		t.Errorf("gateway to a paused sandbox: %d %s, want 502", code, data)
 	}
 
+	// 201: resumed, as E2B answers.
 	code, data = a.call("POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 300})
 	var again created
-	if code != http.StatusOK || json.Unmarshal(data, &again) != nil {
+	if code != http.StatusCreated || json.Unmarshal(data, &again) != nil {
 		t.Fatalf("connect: %d %s", code, data)
 	}
 	if again.SandboxID != id || again.EnvdAccessToken != c.EnvdAccessToken {
@@ -359,13 +360,17 @@ func TestPauseConnectResume(t *testing.T) {
 		t.Errorf("connect with a shorter timeout moved endAt from %v to %v", end, got)
 	}
 
-	// The legacy resume route does what connect does.
+	// The legacy resume route resumes a paused sandbox (201), and refuses
+	// a running one (409), as E2B's.
 	a.call("POST", "/sandboxes/"+id+"/pause", nil)
-	if code, data := a.call("POST", "/sandboxes/"+id+"/resume", nil); code != http.StatusOK {
+	if code, data := a.call("POST", "/sandboxes/"+id+"/resume", nil); code != http.StatusCreated {
 		t.Fatalf("resume: %d %s", code, data)
 	}
 	if in := a.info(id); in.State != "running" {
 		t.Errorf("state %q after resume", in.State)
+	}
+	if code, data := a.call("POST", "/sandboxes/"+id+"/resume", nil); code != http.StatusConflict {
+		t.Errorf("resume of a running sandbox: %d %s, want 409", code, data)
 	}
 	if code, _ := a.call("POST", "/sandboxes/inope/connect", nil); code != http.StatusNotFound {
 		t.Errorf("connect to an unknown sandbox: %d, want 404", code)
