@@ -166,13 +166,14 @@ func TestRouterSignedFiles(t *testing.T) {
 		}
 	}
 	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
-	for _, bad := range []string{
-		"/files?path=x&signature=v2_abc",
-		"/files?path=x&signature=v1_abc&signature_expiration=" + past,
-		"/files?path=x&signature=v1_abc&signature_expiration=soon",
+	// Refused as envd refuses them, in its words.
+	for bad, want := range map[string]string{
+		"/files?path=x&signature=v2_abc":                              `401 {"code":401,"message":"invalid signature"}`,
+		"/files?path=x&signature=v1_abc&signature_expiration=" + past: `401 {"code":401,"message":"signature is already expired"}`,
+		"/files?path=x&signature=v1_abc&signature_expiration=soon":    `400 {"code":400,"message":"Invalid format for parameter signature_expiration: want a Unix time in seconds"}`,
 	} {
-		if code, _, body := rt.do(t, "GET", bad, "", "", nil); code != http.StatusUnauthorized || !strings.Contains(body, "not valid, or it has expired") {
-			t.Errorf("%s: %d %s", bad, code, body)
+		if code, _, body := rt.do(t, "GET", bad, "", "", nil); fmt.Sprint(code, " ", strings.TrimSpace(body)) != want {
+			t.Errorf("%s: %d %s, want %s", bad, code, body, want)
 		}
 	}
 	if code, _, _ := rt.do(t, "PUT", path, "", "", nil); code != http.StatusUnauthorized {

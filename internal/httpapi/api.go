@@ -122,9 +122,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusTooManyRequests, "too many signed file URLs from this address: try again later")
 			return
 		}
-		sb := s.signedSandbox(r)
-		if sb == nil {
-			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+		sb, no := s.signedSandbox(r)
+		if no != nil {
+			writeError(w, no.status, "%s", no.msg)
 			return
 		}
 		s.gateway(w, r, sb.ID, agentproto.EnvdPort)

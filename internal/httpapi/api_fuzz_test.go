@@ -582,6 +582,7 @@ func FuzzSignedFor(f *testing.F) {
 	f.Add("a:read:b", "c", "t", int64(-1), false, "a", "signature=v1_%00&path=%00")
 	f.Add("../../x", "user\x00", "", int64(1<<63-1), true, "../../x ", "signature=v2_x")
 	f.Add("ключ", "😀", "t", int64(1), false, "", "%gg")
+	opens := func(r *http.Request, sb *sandbox.Sandbox) bool { return signedFor(r, sb) == nil }
 	f.Fuzz(func(t *testing.T, path, user, token string, exp int64, write bool, other, rawQuery string) {
 		sb := &sandbox.Sandbox{AccessToken: token}
 		method, op := http.MethodGet, "read"
@@ -598,35 +599,41 @@ func FuzzSignedFor(f *testing.F) {
 		switch {
 		case token == "":
 			// No sandbox has no token: anyone could sign for it.
-			if signedFor(req(method, q.Encode()), sb) {
+			if opens(req(method, q.Encode()), sb) {
 				t.Errorf("a signature without a token opens a sandbox without one")
 			}
 		case len(path) > maxSignedPath || len(user) > maxSignedUser:
-			if signedFor(req(method, q.Encode()), sb) {
+			if opens(req(method, q.Encode()), sb) {
 				t.Errorf("a path of %d bytes or a user of %d is signed", len(path), len(user))
 			}
 		case exp == 0 || exp > now+5:
-			if !signedFor(req(method, q.Encode()), sb) {
+			if !opens(req(method, q.Encode()), sb) {
 				t.Errorf("a signature of %q %s %q (expiring %d) does not open its sandbox", path, op, user, exp)
 			}
 		}
-		if exp != 0 && exp < now-5 && signedFor(req(method, q.Encode()), sb) {
-			t.Errorf("a signature of %q expired at %d opens its sandbox", path, exp)
+		if exp != 0 && exp < now-5 {
+			no := signedFor(req(method, q.Encode()), sb)
+			switch {
+			case no == nil:
+				t.Errorf("a signature of %q expired at %d opens its sandbox", path, exp)
+			case token != "" && len(path) <= maxSignedPath && len(user) <= maxSignedUser && no.msg != errExpiredSignature:
+				t.Errorf("a signature of %q expired at %d is refused with %q, want envd's %q", path, exp, no.msg, errExpiredSignature)
+			}
 		}
-		if signedFor(req(method, q.Encode()), &sandbox.Sandbox{AccessToken: token + "x"}) {
+		if opens(req(method, q.Encode()), &sandbox.Sandbox{AccessToken: token + "x"}) {
 			t.Errorf("a signature of the token %q opens another sandbox's", token)
 		}
 		otherMethod := map[bool]string{true: http.MethodGet, false: http.MethodPost}[write]
-		if signedFor(req(otherMethod, q.Encode()), sb) {
+		if opens(req(otherMethod, q.Encode()), sb) {
 			t.Errorf("a %s signature of %q opens it for %s", op, path, otherMethod)
 		}
 		if other != path {
 			q.Set("path", other)
-			if signedFor(req(method, q.Encode()), sb) {
+			if opens(req(method, q.Encode()), sb) {
 				t.Errorf("a signature of %q opens %q", path, other)
 			}
 		}
-		if signedFor(req(method, rawQuery), &sandbox.Sandbox{AccessToken: "the sandbox's token"}) {
+		if opens(req(method, rawQuery), &sandbox.Sandbox{AccessToken: "the sandbox's token"}) {
 			t.Errorf("the fuzzer's query %q opens a sandbox", rawQuery)
 		}
 	})

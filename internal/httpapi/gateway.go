@@ -44,12 +44,29 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string
 	}
 	// envd needs the sandbox's access token; its other ports take the
 	// traffic token too (the SDKs send only that for some calls).
-	token := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
+	header := r.Header.Get("X-Access-Token")
+	token := sb.CheckToken(header) ||
 		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
-	signed := !token && port == agentproto.EnvdPort && signedFor(r, sb)
-	if !token && !signed {
+	signed := false
+	switch {
+	case token:
+	case port != agentproto.EnvdPort:
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
+	case header != "":
+		// A wrong token is refused, signed URL or not, as envd does.
+		msg := errUnauthorized
+		if r.URL.Path == agentproto.FilesPath {
+			msg = errTokenMismatch
+		}
+		writeError(w, http.StatusUnauthorized, "%s", msg)
+		return
+	default:
+		if no := signedFor(r, sb); no != nil {
+			writeError(w, no.status, "%s", no.msg)
+			return
+		}
+		signed = true
 	}
 	if signed {
 		// A signed URL acts as the user it was signed for, whom its
