@@ -33,6 +33,12 @@ func (s storeSource) Template(name string) (sandbox.Template, error) {
 // holding imgs, with the build API.
 func withStore(t *testing.T, imgs ...*image.Image) *api {
 	t.Helper()
+	return withStoreConfig(t, sandbox.Config{}, imgs...)
+}
+
+// withStoreConfig is withStore over a manager of cfg.
+func withStoreConfig(t *testing.T, cfg sandbox.Config, imgs ...*image.Image) *api {
+	t.Helper()
 	dir := t.TempDir()
 	store, err := image.Open(filepath.Join(dir, "images"), image.DefaultLimits)
 	if err != nil {
@@ -47,7 +53,8 @@ func withStore(t *testing.T, imgs ...*image.Image) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAPI(t, sandbox.Config{Source: storeSource{store}})
+	cfg.Source = storeSource{store}
+	a := newAPI(t, cfg)
 	svc := &build.Service{Builder: &build.Builder{Store: store, Registries: noRegistry{}}, Log: slog.New(slog.DiscardHandler), Timeout: time.Second}
 	t.Cleanup(svc.Shutdown)
 	a.s.HandleTemplates(&Templates{Builds: svc, Store: store, Files: files})
