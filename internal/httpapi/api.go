@@ -73,6 +73,7 @@ func (s *Server) routes() {
 	api("POST /v2/sandboxes/{id}/connect", s.connect)
 	api("POST /sandboxes/{id}/resume", s.resume)
 	api("GET /sandboxes/{id}/metrics", s.metrics)
+	api("GET /sandboxes/metrics", s.metricsList)
 	api("GET /sandboxes/{id}/logs", s.sandboxLogs)
 	api("GET /v2/sandboxes/{id}/logs", s.sandboxLogsV2)
 	api("POST /sandboxes/{id}/pause", s.pause)

@@ -121,6 +121,38 @@ func TestTimeoutAndMetrics(t *testing.T) {
 	}
 }
 
+// TestMetricsList: GET /sandboxes/metrics answers the latest metric of
+// each running sandbox it names, once, and leaves out the paused and the
+// unknown, as E2B lists running sandboxes only.
+func TestMetricsList(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	x, y := a.create(nil), a.create(nil)
+	insts := a.b.Instances()
+	insts[len(insts)-2].SetUsage(backend.Usage{Memory: 20 << 20, Cache: 3 << 20})
+	if code, data := a.call("POST", "/sandboxes/"+y.SandboxID+"/pause", nil); code != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", code, data)
+	}
+	code, data := a.call("GET", "/sandboxes/metrics?sandbox_ids="+x.SandboxID+","+y.SandboxID+",nope,"+x.SandboxID, nil)
+	var list struct {
+		Sandboxes map[string]struct {
+			MemUsed  int64 `json:"memUsed"`
+			MemCache int64 `json:"memCache"`
+		} `json:"sandboxes"`
+	}
+	if code != http.StatusOK || json.Unmarshal(data, &list) != nil {
+		t.Fatalf("metrics list: %d %s", code, data)
+	}
+	if m, ok := list.Sandboxes[x.SandboxID]; len(list.Sandboxes) != 1 || !ok || m.MemUsed != 20<<20 || m.MemCache != 3<<20 {
+		t.Errorf("metrics list %s, want only %s's, with its usage", data, x.SandboxID)
+	}
+	many := strings.Repeat("a,", maxMetricsIDs) + "a"
+	for _, q := range []string{"", "?sandbox_ids=", "?sandbox_ids=" + many} {
+		if code, data := a.call("GET", "/sandboxes/metrics"+q, nil); code != http.StatusBadRequest {
+			t.Errorf("metrics list%s: %d %s, want 400", q, code, data)
+		}
+	}
+}
+
 func TestListFilters(t *testing.T) {
 	a := newAPI(t, sandbox.Config{})
 	x := a.create(map[string]any{"metadata": map[string]string{"team": "a b", "env": "prod"}})

@@ -73,31 +73,77 @@ func loadSpec(t *testing.T) *spec {
 	return &s
 }
 
-// params are a path's parameters, whatever their names: E2B says
-// {sandboxID} where Airlock's routes say {id}.
-var params = regexp.MustCompile(`\{[^}]*\}`)
-
-// op is the spec's operation for an Airlock route ("GET /sandboxes/{id}"),
-// or nil when the spec has none.
-func (s *spec) op(route string) map[string]json.RawMessage {
-	method, path, _ := strings.Cut(route, " ")
+// match is the spec's operation for a request, "GET
+// /sandboxes/{sandboxID}" for GET /sandboxes/abc (the path with the most
+// literal segments when several fit, as a router picks), and its
+// responses; "" when the spec has none.
+func (s *spec) match(method, path string) (string, map[string]json.RawMessage) {
+	segs := strings.Split(path, "/")
+	best, literal := "", -1
 	for p, ops := range s.Paths {
-		if params.ReplaceAllString(p, "{}") != params.ReplaceAllString(path, "{}") {
+		if _, ok := ops[strings.ToLower(method)]; !ok {
 			continue
 		}
-		raw, ok := ops[strings.ToLower(method)]
-		if !ok {
-			return nil
+		tmpl := strings.Split(p, "/")
+		if len(tmpl) != len(segs) {
+			continue
 		}
-		var op struct {
-			Responses map[string]json.RawMessage `json:"responses"`
+		n := 0
+		for i, t := range tmpl {
+			switch {
+			case strings.HasPrefix(t, "{"):
+			case t == segs[i]:
+				n++
+			default:
+				n = -1
+			}
+			if n < 0 {
+				break
+			}
 		}
-		if json.Unmarshal(raw, &op) != nil {
-			return nil
+		if n > literal {
+			best, literal = p, n
 		}
-		return op.Responses
 	}
-	return nil
+	if best == "" {
+		return "", nil
+	}
+	var op struct {
+		Responses map[string]json.RawMessage `json:"responses"`
+	}
+	if json.Unmarshal(s.Paths[best][strings.ToLower(method)], &op) != nil {
+		return "", nil
+	}
+	return method + " " + best, op.Responses
+}
+
+// ops are the spec's operations ("GET /sandboxes/{sandboxID}").
+func (s *spec) ops() []string {
+	var all []string
+	for p, ops := range s.Paths {
+		for m := range ops {
+			if m := strings.ToUpper(m); slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, m) {
+				all = append(all, m+" "+p)
+			}
+		}
+	}
+	sort.Strings(all)
+	return all
+}
+
+// params are a path's parameters.
+var params = regexp.MustCompile(`\{[^}]*\}`)
+
+// servedBy is the pattern of the API's route that serves the spec's
+// operation op, as the API's own mux picks it; "" for none.
+func servedBy(a *api, op string) string {
+	method, path, _ := strings.Cut(op, " ")
+	r := httptest.NewRequest(method, params.ReplaceAllString(path, "x"), nil)
+	_, pattern := a.s.mux.Handler(r)
+	if !slices.Contains(a.s.Routes(), pattern) {
+		return ""
+	}
+	return pattern
 }
 
 // resolve follows a schema's $ref.
@@ -256,9 +302,10 @@ func short(v any) string {
 
 // exchange is one response the API gave, with the route that gave it.
 type exchange struct {
-	route  string
-	status int
-	body   []byte
+	route        string // the API's pattern
+	method, path string
+	status       int
+	body         []byte
 }
 
 // recorder keeps every response of the API's routes.
@@ -299,12 +346,12 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.status = http.StatusOK
 	}
 	rec.mu.Lock()
-	rec.got = append(rec.got, exchange{r.Pattern, c.status, c.body.Bytes()})
+	rec.got = append(rec.got, exchange{r.Pattern, r.Method, r.URL.Path, c.status, c.body.Bytes()})
 	rec.mu.Unlock()
 }
 
-// notE2B are Airlock's routes that E2B's API does not have: its own, and
-// those the SDKs call that the spec leaves out.
+// notE2B are Airlock's routes that serve none of E2B's operations: its
+// own, and those some SDK versions call that the spec leaves out.
 var notE2B = map[string]string{
 	"GET /metrics":                     "Prometheus's",
 	"GET /airlock/pools":               "Airlock's own",
@@ -312,15 +359,16 @@ var notE2B = map[string]string{
 	"DELETE /airlock/pools/{template}": "Airlock's own",
 	"POST /v2/sandboxes":               "the spec has only GET; some SDK versions post here",
 	"POST /v2/sandboxes/{id}/connect":  "not in the spec; some SDK versions post here",
-	"GET /templates/{a}/{b}":           "a namespaced template's name (team/name), not in the spec",
 	"PUT /templates/{id}/files/{hash}": "the upload URL the files route answers, not in the spec",
 }
 
 // TestE2BRequiredFields: every response of every route of Airlock's API
-// that E2B's API has carries every field E2B's spec marks as required,
-// of the spec's types, nulls only where it allows them; errors too (as
-// E2B's Error). Every such route is called until it succeeds at least
-// once, so a new route without a call here fails.
+// that serves an operation of E2B's API carries every field E2B's spec
+// marks as required, of the spec's types, nulls only where it allows
+// them; refusals too (as E2B's Error). Each operation the API serves is
+// called until it succeeds at least once, so a new route without a call
+// in exercise fails, as does a route that is neither E2B's nor listed in
+// notE2B.
 func TestE2BRequiredFields(t *testing.T) {
 	sp := loadSpec(t)
 	a := specAPI(t)
@@ -329,20 +377,42 @@ func TestE2BRequiredFields(t *testing.T) {
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
 
+	// What the API serves of E2B's spec, and by which route.
+	served := map[string]bool{} // the spec's operations
+	routes := map[string]bool{} // the API's routes that serve one
+	for _, op := range sp.ops() {
+		if route := servedBy(a, op); route != "" {
+			served[op], routes[route] = true, true
+		}
+	}
+	for _, route := range a.s.Routes() {
+		_, own := notE2B[route]
+		switch {
+		case own && routes[route]:
+			t.Errorf("%s is listed as not E2B's, but serves an operation of E2B's spec", route)
+		case !own && !routes[route]:
+			t.Errorf("%s serves no operation of E2B's spec and is not listed in notE2B", route)
+		}
+	}
+
 	exercise(t, a)
 
 	ok := map[string]bool{}
 	for _, ex := range rec.got {
-		responses := sp.op(ex.route)
-		if responses == nil {
+		if _, own := notE2B[ex.route]; own {
+			continue
+		}
+		op, responses := sp.match(ex.method, ex.path)
+		if op == "" {
+			t.Errorf("%s %s (%s) answered %d, but E2B's spec has no such operation", ex.method, ex.path, ex.route, ex.status)
 			continue
 		}
 		if ex.status < 300 {
-			ok[ex.route] = true
+			ok[op] = true
 		}
 		sc, documented := sp.responseSchema(responses, ex.status)
 		if !documented {
-			t.Errorf("%s answered %d, a status E2B's spec does not give it", ex.route, ex.status)
+			t.Errorf("%s answered %d, a status E2B's spec does not give it", op, ex.status)
 			continue
 		}
 		if sc == nil {
@@ -350,34 +420,19 @@ func TestE2BRequiredFields(t *testing.T) {
 		}
 		var v any
 		if err := json.Unmarshal(ex.body, &v); err != nil {
-			t.Errorf("%s answered %d with %q, not JSON", ex.route, ex.status, ex.body)
+			t.Errorf("%s answered %d with %q, not JSON", op, ex.status, ex.body)
 			continue
 		}
 		var errs []string
 		sp.check(v, sc, "body", &errs)
 		for _, e := range errs {
-			t.Errorf("%s (%d): %s", ex.route, ex.status, e)
+			t.Errorf("%s (%d): %s", op, ex.status, e)
 		}
 	}
-	var missed []string
-	for _, route := range a.s.Routes() {
-		if _, own := notE2B[route]; own {
-			if sp.op(route) != nil {
-				t.Errorf("%s is listed as not E2B's, but E2B's spec has it", route)
-			}
-			continue
+	for _, op := range sp.ops() {
+		if served[op] && !ok[op] {
+			t.Errorf("%s: served by %s, but no successful response was checked (call it in exercise)", op, servedBy(a, op))
 		}
-		if sp.op(route) == nil {
-			t.Errorf("%s is in neither E2B's spec nor notE2B", route)
-			continue
-		}
-		if !ok[route] {
-			missed = append(missed, route)
-		}
-	}
-	sort.Strings(missed)
-	for _, r := range missed {
-		t.Errorf("%s: no successful response was checked (call it in exercise)", r)
 	}
 }
 
@@ -411,6 +466,7 @@ func exercise(t *testing.T, a *api) {
 	must("GET", "/v2/sandboxes?state=running,paused", nil, 200)
 	must("GET", id, nil, 200)
 	must("GET", id+"/metrics", nil, 200)
+	must("GET", "/sandboxes/metrics?sandbox_ids="+sb.SandboxID+",nope", nil, 200)
 	must("GET", id+"/logs", nil, 200)
 	must("GET", "/v2"+id+"/logs", nil, 200)
 	must("POST", id+"/timeout", map[string]any{"timeout": 600}, 204)
@@ -437,6 +493,8 @@ func exercise(t *testing.T, a *api) {
 	must("PATCH", "/v2/templates/app", map[string]any{"public": false}, 200)
 	must("POST", "/templates/tags", map[string]any{"target": "app:default", "tags": []string{"v2"}}, 201)
 	must("DELETE", "/templates/tags", map[string]any{"name": "app", "tags": []string{"v2"}}, 204)
+	must("GET", "/templates/app/tags", nil, 200)
+	must("GET", "/templates/aliases/app", nil, 200)
 	var b struct{ TemplateID, BuildID string }
 	if err := json.Unmarshal(must("POST", "/v3/templates", map[string]any{"name": "built"}, 202), &b); err != nil {
 		t.Fatal(err)
@@ -450,6 +508,8 @@ func exercise(t *testing.T, a *api) {
 	// Refusals: E2B's Error, whichever route refuses.
 	must("GET", "/sandboxes/nope", nil, 404)
 	must("GET", "/sandboxes/nope/metrics", nil, 404)
+	must("GET", "/sandboxes/metrics", nil, 400)
+	must("GET", "/templates/aliases/nope", nil, 404)
 	must("POST", "/sandboxes", map[string]any{"templateID": "nope"}, 400)
 	must("GET", "/templates/nope/builds/nope/status", nil, 404)
 	must("PATCH", "/v2/templates/nope", map[string]any{"public": true}, 404)
