@@ -50,6 +50,7 @@ type schema struct {
 	OneOf                []*schema          `json:"oneOf"`
 	AnyOf                []*schema          `json:"anyOf"`
 	Enum                 []any              `json:"enum"`
+	Format               string             `json:"format"`
 }
 
 // response is an OpenAPI response object (or a $ref to one).
@@ -197,7 +198,8 @@ func (s *spec) responseSchema(responses map[string]json.RawMessage, status int) 
 }
 
 // check appends to errs where v breaks sc: a required field missing, a
-// null where none may be, a value of another type or outside an enum.
+// null where none may be, a value of another type or outside an enum, a
+// time that is not one.
 func (s *spec) check(v any, sc *schema, at string, errs *[]string) {
 	if sc == nil {
 		return
@@ -271,8 +273,14 @@ func (s *spec) check(v any, sc *schema, at string, errs *[]string) {
 			s.check(item, sc.Items, fmt.Sprintf("%s[%d]", at, i), errs)
 		}
 	case "string":
-		if _, ok := v.(string); !ok {
+		str, ok := v.(string)
+		if !ok {
 			bad("a string")
+			break
+		}
+		// The SDKs parse times (Python's isoparse, JavaScript's Date).
+		if _, err := time.Parse(time.RFC3339Nano, str); sc.Format == "date-time" && err != nil {
+			bad("an RFC 3339 time")
 		}
 	case "integer":
 		if n, ok := v.(float64); !ok || n != math.Trunc(n) {
