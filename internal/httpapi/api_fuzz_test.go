@@ -250,14 +250,15 @@ func FuzzSandboxRequests(f *testing.F) {
 }
 
 // logQueryRoutes is how many routes FuzzListQuery sends its queries to.
-const logQueryRoutes = 7
+const logQueryRoutes = 8
 
 // FuzzListQuery: the query of a sandbox list (metadata filter, state,
 // order, startedAfter, limit, nextToken) never panics and is refused as
 // the client's fault or answered with at most limit sandboxes that match
 // the metadata filter, whose X-Next-Token opens a next page that holds
-// none of them. Other queries (snapshots, metrics, build status and
-// logs, sandbox logs) are refused or answered, never failed.
+// none of them. Other queries (snapshots, metrics, several sandboxes'
+// metrics, build status and logs, sandbox logs) are refused or
+// answered, never failed.
 func FuzzListQuery(f *testing.F) {
 	for _, q := range []string{
 		"", "limit=1", "limit=2&order=asc", "order=desc&state=running,paused", "state=paused&state=running",
@@ -270,7 +271,8 @@ func FuzzListQuery(f *testing.F) {
 		"start=9223372036854775807&end=9223372036854775807", "logsOffset=-1", "logsOffset=99999999999",
 		"metadata=" + url.QueryEscape("ключ=値"), "cursor=1&direction=backward&level=warn", "direction=up",
 		"level=fatal", "search=" + strings.Repeat("x", 300), "limit=1001", "limit=101&level=debug", "source=persistent",
-		"start=1700000000000&limit=3", "cursor=-5",
+		"start=1700000000000&limit=3", "cursor=-5", "sandbox_ids=", "sandbox_ids=,,", "sandbox_ids=a,a,%00",
+		"sandbox_ids=" + strings.Repeat("x,", 101), "sandbox_ids=../x&sandbox_ids=y",
 	} {
 		for route := range logQueryRoutes {
 			f.Add(uint8(route), q)
@@ -301,6 +303,9 @@ func FuzzListQuery(f *testing.F) {
 		case 6:
 			b := a.pendingBuild(t)
 			w = a.do("GET", "/templates/"+b.TemplateID+"/builds/"+b.BuildID+"/logs", query, nil)
+		case 7:
+			// With a sandbox of its own among those it names.
+			w = a.do("GET", "/sandboxes/metrics", query+"&sandbox_ids="+a.sandbox(t)+",x", nil)
 		}
 		a.check(t, w, query)
 		if route%logQueryRoutes != 0 || w.Code != http.StatusOK {
