@@ -1,13 +1,9 @@
 package httpapi
 
 import (
-	"time"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/internal/image"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +15,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // testdata/e2b-openapi.json is E2B's API spec: spec/openapi.yml of
@@ -359,14 +359,14 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // notE2B are Airlock's routes that serve none of E2B's operations: its
-// own, and those some SDK versions call that the spec leaves out.
+// own, and twins of E2B's routes that the spec leaves out.
 var notE2B = map[string]string{
 	"GET /metrics":                     "Prometheus's",
 	"GET /airlock/pools":               "Airlock's own",
 	"PUT /airlock/pools/{template}":    "Airlock's own",
 	"DELETE /airlock/pools/{template}": "Airlock's own",
-	"POST /v2/sandboxes":               "the spec has only GET; some SDK versions post here",
-	"POST /v2/sandboxes/{id}/connect":  "not in the spec; some SDK versions post here",
+	"POST /v2/sandboxes":               "a twin of POST /sandboxes; the spec has only GET",
+	"POST /v2/sandboxes/{id}/connect":  "a twin of POST /sandboxes/{id}/connect, not in the spec",
 	"PUT /templates/{id}/files/{hash}": "the upload URL the files route answers, not in the spec",
 }
 
