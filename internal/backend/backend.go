@@ -125,6 +125,7 @@ type RootExporter interface {
 // Usage is what a box uses.
 type Usage struct {
 	Memory int64         // bytes in use now
+	Cache  int64         // of Memory, the page cache of files
 	CPU    time.Duration // CPU time used so far
 }
 

@@ -269,9 +269,19 @@ func (b *Build) Status(offset int) *Status {
 		st.LogEntries = slices.Clone(b.logs[offset:])
 	}
 	for _, e := range st.LogEntries {
-		st.Logs = append(st.Logs, e.Timestamp.Format(time.RFC3339)+" "+e.Message)
+		st.Logs = append(st.Logs, e.Line())
 	}
 	return st
+}
+
+// Line is the entry as a line of E2B's plain logs (Status.Logs).
+func (e LogEntry) Line() string { return e.Timestamp.Format(time.RFC3339) + " " + e.Message }
+
+// Log is the build's whole log, oldest first.
+func (b *Build) Log() []LogEntry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.logs)
 }
 
 func (b *Build) log(level, msg string) {

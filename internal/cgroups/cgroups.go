@@ -43,8 +43,12 @@ type Limits struct {
 type Stats struct {
 	Memory    int64 // now
 	MaxMemory int64 // highest so far
-	OOMKills  uint64
-	CPU       time.Duration // used so far
+	// Cache is the part of Memory that is page cache of files (not of
+	// tmpfs or shared memory, which is what gVisor's own memory file
+	// is): what the kernel can drop or write back under pressure.
+	Cache    int64
+	OOMKills uint64
+	CPU      time.Duration // used so far
 }
 
 // ErrNotPausable: the cgroup is not in a freezer hierarchy (a one-shot

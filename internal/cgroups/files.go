@@ -68,6 +68,21 @@ func readKey(dir, file, key string) (uint64, error) {
 	return 0, fmt.Errorf("%s: no %s", file, key)
 }
 
+// pageCache is the page cache of files in a cgroup's memory.stat, its
+// cache key less its shared memory's (tmpfs, memfds). It is only ever
+// shown, never acted on: a kernel without either key counts as none.
+func pageCache(dir, cache, shmem string) int64 {
+	c, err := readKey(dir, "memory.stat", cache)
+	if err != nil {
+		return 0
+	}
+	sh, _ := readKey(dir, "memory.stat", shmem)
+	if sh > c {
+		return 0
+	}
+	return int64(c - sh)
+}
+
 // pids lists the processes in a cgroup directory's cgroup.procs.
 func pids(dir string) ([]int, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))

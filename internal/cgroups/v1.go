@@ -110,7 +110,8 @@ func (g cgroupV1) stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom}
+	st := Stats{Memory: int64(cur), MaxMemory: int64(maxMem), OOMKills: oom,
+		Cache: pageCache(mem, "total_cache", "total_shmem")}
 	// CPU time so far, where the sandbox has a cpuacct cgroup (a live
 	// one, or any where cpuacct shares the cpu hierarchy).
 	if cpu, err := readUint(g.dir("cpuacct"), "cpuacct.usage"); err == nil {

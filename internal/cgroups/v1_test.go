@@ -133,8 +133,10 @@ func TestV1Stats(t *testing.T) {
 	f.put(mem+"memory.failcnt", "0\n")
 	f.put(mem+"memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
 	f.put("cpuacct/"+name+"/cpuacct.usage", "1500000000\n")
+	// The hierarchical totals: 3 MiB cached, 1 of it tmpfs's.
+	f.put(mem+"memory.stat", "cache 1\nrss 1\nshmem 1\ntotal_cache 3145728\ntotal_rss 1048576\ntotal_shmem 1048576\n")
 	st, err := c.Stats()
-	want := Stats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 2, CPU: 1500 * time.Millisecond}
+	want := Stats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 2, CPU: 1500 * time.Millisecond, Cache: 2 << 20}
 	if err != nil || st != want {
 		t.Errorf("stats %+v %v, want %+v", st, err, want)
 	}

@@ -98,7 +98,8 @@ func (g cgroupV2) stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom, CPU: time.Duration(cpu) * time.Microsecond}, nil
+	return Stats{Memory: int64(cur), MaxMemory: int64(peak), OOMKills: oom, CPU: time.Duration(cpu) * time.Microsecond,
+		Cache: pageCache(g.dir, "file", "shmem")}, nil
 }
 
 func (g cgroupV2) destroy() error { return g.t.remove(g.dir) }

@@ -45,11 +45,13 @@ func TestV2Stats(t *testing.T) {
 		"memory.current": "4194304\n",
 		"memory.events":  "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
 		"cpu.stat":       "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 0\n",
+		// 3 MiB of files' pages, 1 of them tmpfs's: 2 MiB of page cache.
+		"memory.stat": "anon 1048576\nfile 3145728\nkernel 65536\nshmem 1048576\nfile_mapped 0\n",
 	} {
 		f.put(name+"/"+file, data)
 	}
 	st, err := c.Stats()
-	want := Stats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 1, CPU: 1500 * time.Millisecond}
+	want := Stats{Memory: 4 << 20, MaxMemory: 9 << 20, OOMKills: 1, CPU: 1500 * time.Millisecond, Cache: 2 << 20}
 	if err != nil || st != want {
 		t.Errorf("stats %+v %v, want %+v", st, err, want)
 	}
@@ -59,6 +61,13 @@ func TestV2Stats(t *testing.T) {
 	want.MaxMemory = want.Memory
 	if err != nil || st != want {
 		t.Errorf("stats without memory.peak: %+v %v, want %+v", st, err, want)
+	}
+	// A kernel whose memory.stat lacks the keys: no page cache to tell.
+	f.put(name+"/memory.stat", "anon 1\n")
+	st, err = c.Stats()
+	want.Cache = 0
+	if err != nil || st != want {
+		t.Errorf("stats without a page cache: %+v %v, want %+v", st, err, want)
 	}
 	f.put(name+"/cpu.stat", "user_usec 1\n")
 	if _, err := c.Stats(); err == nil {

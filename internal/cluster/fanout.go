@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -134,6 +135,25 @@ func (rt *Router) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// metricsList merges the nodes' metrics of the sandboxes a request
+// names: each node answers for those it runs and leaves out the others.
+func (rt *Router) metricsList(w http.ResponseWriter, r *http.Request) {
+	answers, ok := rt.fanOutOK(w, r)
+	if !ok {
+		return
+	}
+	out := map[string]json.RawMessage{}
+	for _, a := range answers {
+		var got struct {
+			Sandboxes map[string]json.RawMessage `json:"sandboxes"`
+		}
+		if json.Unmarshal(a.body, &got) == nil {
+			maps.Copy(out, got.Sandboxes)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
 }
 
 // pools lists every node's pools, each naming its node.

@@ -136,6 +136,36 @@ func TestRouterMergesPoolsAndSnapshots(t *testing.T) {
 	}
 }
 
+// TestRouterMergesMetrics: several sandboxes' metrics are asked of every
+// node, each answering for its own, and merged; a refusal is relayed.
+func TestRouterMergesMetrics(t *testing.T) {
+	answer := func(id string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/sandboxes/metrics" || r.URL.Query().Get("sandbox_ids") == "" {
+				writeError(w, http.StatusBadRequest, "sandbox_ids is required")
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"sandboxes":{%q:{"memUsed":1}}}`, id)
+		}
+	}
+	a, b := newFakeNode(t, "a", answer("ia")), newFakeNode(t, "b", answer("ib"))
+	now := time.Now()
+	rt := newTestRouter(t, fakeClient(append(registered("a", a.srv.URL, 0, nil, now), registered("b", b.srv.URL, 0, nil, now)...)...))
+	code, _, body := rt.do(t, "GET", "/sandboxes/metrics?sandbox_ids=ia,ib", routerKey, "", nil)
+	var got struct {
+		Sandboxes map[string]struct {
+			MemUsed int `json:"memUsed"`
+		} `json:"sandboxes"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil || len(got.Sandboxes) != 2 || got.Sandboxes["ia"].MemUsed != 1 || got.Sandboxes["ib"].MemUsed != 1 {
+		t.Errorf("metrics: %d %s", code, body)
+	}
+	if code, _, body := rt.do(t, "GET", "/sandboxes/metrics", routerKey, "", nil); code != http.StatusBadRequest {
+		t.Errorf("metrics without ids: %d %s", code, body)
+	}
+}
+
 // TestRouterSignedFiles: a signed file URL names no sandbox: it is asked
 // of each node in turn until one's sandbox made the signature; an upload
 // is sent again, whole, to each. What cannot be a signature is refused
@@ -166,13 +196,14 @@ func TestRouterSignedFiles(t *testing.T) {
 		}
 	}
 	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
-	for _, bad := range []string{
-		"/files?path=x&signature=v2_abc",
-		"/files?path=x&signature=v1_abc&signature_expiration=" + past,
-		"/files?path=x&signature=v1_abc&signature_expiration=soon",
+	// Refused as envd refuses them, in its words.
+	for bad, want := range map[string]string{
+		"/files?path=x&signature=v2_abc":                              `401 {"code":401,"message":"invalid signature"}`,
+		"/files?path=x&signature=v1_abc&signature_expiration=" + past: `401 {"code":401,"message":"signature is already expired"}`,
+		"/files?path=x&signature=v1_abc&signature_expiration=soon":    `400 {"code":400,"message":"Invalid format for parameter signature_expiration: want a Unix time in seconds"}`,
 	} {
-		if code, _, body := rt.do(t, "GET", bad, "", "", nil); code != http.StatusUnauthorized || !strings.Contains(body, "not valid, or it has expired") {
-			t.Errorf("%s: %d %s", bad, code, body)
+		if code, _, body := rt.do(t, "GET", bad, "", "", nil); fmt.Sprint(code, " ", strings.TrimSpace(body)) != want {
+			t.Errorf("%s: %d %s, want %s", bad, code, body, want)
 		}
 	}
 	if code, _, _ := rt.do(t, "PUT", path, "", "", nil); code != http.StatusUnauthorized {

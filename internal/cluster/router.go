@@ -132,6 +132,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.list(w, r)
 	case r.Method == http.MethodGet && path == "/snapshots":
 		rt.listSnapshots(w, r)
+	case r.Method == http.MethodGet && path == "/sandboxes/metrics":
+		rt.metricsList(w, r)
 	case r.Method == http.MethodGet && path == "/airlock/pools":
 		rt.pools(w, r)
 	case r.Method == http.MethodGet && path == "/airlock/nodes":

@@ -15,14 +15,21 @@ import (
 // node in turn, so an upload's body is kept to be sent again: up to
 // maxSignedUpload, and only a few at a time, for anyone can send one.
 func (rt *Router) signedFile(w http.ResponseWriter, r *http.Request) {
+	// What no node could open is refused here, in envd's words (the
+	// nodes' too): the body E2B's users see.
 	q := r.URL.Query()
 	if r.Method != http.MethodGet && r.Method != http.MethodPost || !strings.HasPrefix(q.Get("signature"), "v1_") {
-		writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+		writeError(w, http.StatusUnauthorized, "invalid signature")
 		return
 	}
 	if exp := q.Get("signature_expiration"); exp != "" {
-		if n, err := strconv.ParseInt(exp, 10, 64); err != nil || time.Now().Unix() > n {
-			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "Invalid format for parameter signature_expiration: want a Unix time in seconds")
+			return
+		}
+		if time.Now().Unix() > n {
+			writeError(w, http.StatusUnauthorized, "signature is already expired")
 			return
 		}
 	}
@@ -64,7 +71,7 @@ func (rt *Router) signedFile(w http.ResponseWriter, r *http.Request) {
 		io.Copy(w, resp.Body)
 		return
 	}
-	writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+	writeError(w, http.StatusUnauthorized, "invalid signature")
 }
 
 // Signed uploads in a cluster: at most this large, this many at a time.

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -32,6 +33,8 @@ type Server struct {
 	hostDirs []string
 	// signedLimits slow each client's signed URLs that name no sandbox.
 	signedLimits *clientLimits
+	// patterns are the API's routes, as registered (Routes).
+	patterns []string
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
@@ -55,7 +58,7 @@ func (s *Server) routes() {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
-	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.auth(h)) }
+	api := s.api
 	// Behind the key too: templates, metadata and counts are the
 	// operator's business (Prometheus sends it as a bearer token).
 	api("GET /metrics", s.prometheus)
@@ -68,11 +71,18 @@ func (s *Server) routes() {
 	api("POST /sandboxes/{id}/timeout", s.setTimeout)
 	api("POST /sandboxes/{id}/connect", s.connect)
 	api("POST /v2/sandboxes/{id}/connect", s.connect)
-	api("POST /sandboxes/{id}/resume", s.connect)
+	api("POST /sandboxes/{id}/resume", s.resume)
 	api("GET /sandboxes/{id}/metrics", s.metrics)
+	api("GET /sandboxes/metrics", s.metricsList)
+	api("GET /sandboxes/{id}/logs", s.sandboxLogs)
+	api("GET /v2/sandboxes/{id}/logs", s.sandboxLogsV2)
 	api("POST /sandboxes/{id}/pause", s.pause)
 	api("PUT /sandboxes/{id}/network", s.updateNetwork)
 	api("GET /templates/{a}/{b}", s.templateGet)
+	api("GET /templates", s.listTemplates)
+	api("GET /v2/templates", s.listTemplatesV2)
+	api("PATCH /templates/{id}", s.updateTemplate)
+	api("PATCH /v2/templates/{id}", s.updateTemplate)
 	// Airlock's own: the pools, for the console.
 	api("GET /airlock/pools", s.pools)
 	// A pool's size, set at run time (a cluster's AirlockPools), and back
@@ -81,6 +91,18 @@ func (s *Server) routes() {
 	api("DELETE /airlock/pools/{template}", s.resetPoolSize)
 	s.handleSnapshots()
 }
+
+// api serves h at pattern to clients with the API key, as one of the
+// API's routes.
+func (s *Server) api(pattern string, h http.HandlerFunc) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, s.auth(h))
+}
+
+// Routes are the patterns of the API's routes (E2B's and Airlock's own),
+// in the order they were registered: what a test of the whole API goes
+// through.
+func (s *Server) Routes() []string { return slices.Clone(s.patterns) }
 
 // ServeHTTP routes sandbox traffic to the gateway: requests that carry
 // E2b-Sandbox-Id (the SDKs, with E2B_SANDBOX_URL set) or whose host is
@@ -101,9 +123,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusTooManyRequests, "too many signed file URLs from this address: try again later")
 			return
 		}
-		sb := s.signedSandbox(r)
-		if sb == nil {
-			writeError(w, http.StatusUnauthorized, "the file URL's signature is not valid, or it has expired")
+		sb, no := s.signedSandbox(r)
+		if no != nil {
+			writeError(w, no.status, "%s", no.msg)
 			return
 		}
 		s.gateway(w, r, sb.ID, agentproto.EnvdPort)

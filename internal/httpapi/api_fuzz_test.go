@@ -249,12 +249,16 @@ func FuzzSandboxRequests(f *testing.F) {
 	})
 }
 
+// logQueryRoutes is how many routes FuzzListQuery sends its queries to.
+const logQueryRoutes = 8
+
 // FuzzListQuery: the query of a sandbox list (metadata filter, state,
 // order, startedAfter, limit, nextToken) never panics and is refused as
 // the client's fault or answered with at most limit sandboxes that match
 // the metadata filter, whose X-Next-Token opens a next page that holds
-// none of them. Other queries (snapshots, metrics, build logs) are
-// refused or answered, never failed.
+// none of them. Other queries (snapshots, metrics, several sandboxes'
+// metrics, build status and logs, sandbox logs) are refused or
+// answered, never failed.
 func FuzzListQuery(f *testing.F) {
 	for _, q := range []string{
 		"", "limit=1", "limit=2&order=asc", "order=desc&state=running,paused", "state=paused&state=running",
@@ -265,9 +269,12 @@ func FuzzListQuery(f *testing.F) {
 		"nextToken=9223372036854775807.zzzz&limit=1", "order=sideways", "limit=1&limit=2", "%gg", "a=%",
 		"name=" + url.QueryEscape("team/snap:tag"), "sandboxID=../x", "start=0&end=1", "start=-1", "end=x",
 		"start=9223372036854775807&end=9223372036854775807", "logsOffset=-1", "logsOffset=99999999999",
-		"metadata=" + url.QueryEscape("ключ=値"),
+		"metadata=" + url.QueryEscape("ключ=値"), "cursor=1&direction=backward&level=warn", "direction=up",
+		"level=fatal", "search=" + strings.Repeat("x", 300), "limit=1001", "limit=101&level=debug", "source=persistent",
+		"start=1700000000000&limit=3", "cursor=-5", "sandbox_ids=", "sandbox_ids=,,", "sandbox_ids=a,a,%00",
+		"sandbox_ids=" + strings.Repeat("x,", 101), "sandbox_ids=../x&sandbox_ids=y",
 	} {
-		for route := range 4 {
+		for route := range logQueryRoutes {
 			f.Add(uint8(route), q)
 		}
 	}
@@ -279,7 +286,7 @@ func FuzzListQuery(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, route uint8, query string) {
 		var w *httptest.ResponseRecorder
-		switch route % 4 {
+		switch route % logQueryRoutes {
 		case 0:
 			w = a.do("GET", "/v2/sandboxes", query, nil)
 		case 1:
@@ -289,9 +296,19 @@ func FuzzListQuery(f *testing.F) {
 		case 3:
 			b := a.pendingBuild(t)
 			w = a.do("GET", "/templates/"+b.TemplateID+"/builds/"+b.BuildID+"/status", query, nil)
+		case 4:
+			w = a.do("GET", "/sandboxes/"+a.sandbox(t)+"/logs", query, nil)
+		case 5:
+			w = a.do("GET", "/v2/sandboxes/"+a.sandbox(t)+"/logs", query, nil)
+		case 6:
+			b := a.pendingBuild(t)
+			w = a.do("GET", "/templates/"+b.TemplateID+"/builds/"+b.BuildID+"/logs", query, nil)
+		case 7:
+			// With a sandbox of its own among those it names.
+			w = a.do("GET", "/sandboxes/metrics", query+"&sandbox_ids="+a.sandbox(t)+",x", nil)
 		}
 		a.check(t, w, query)
-		if route%4 != 0 || w.Code != http.StatusOK {
+		if route%logQueryRoutes != 0 || w.Code != http.StatusOK {
 			return
 		}
 		q, _ := url.ParseQuery(query)
@@ -570,6 +587,7 @@ func FuzzSignedFor(f *testing.F) {
 	f.Add("a:read:b", "c", "t", int64(-1), false, "a", "signature=v1_%00&path=%00")
 	f.Add("../../x", "user\x00", "", int64(1<<63-1), true, "../../x ", "signature=v2_x")
 	f.Add("ключ", "😀", "t", int64(1), false, "", "%gg")
+	opens := func(r *http.Request, sb *sandbox.Sandbox) bool { return signedFor(r, sb) == nil }
 	f.Fuzz(func(t *testing.T, path, user, token string, exp int64, write bool, other, rawQuery string) {
 		sb := &sandbox.Sandbox{AccessToken: token}
 		method, op := http.MethodGet, "read"
@@ -586,35 +604,41 @@ func FuzzSignedFor(f *testing.F) {
 		switch {
 		case token == "":
 			// No sandbox has no token: anyone could sign for it.
-			if signedFor(req(method, q.Encode()), sb) {
+			if opens(req(method, q.Encode()), sb) {
 				t.Errorf("a signature without a token opens a sandbox without one")
 			}
 		case len(path) > maxSignedPath || len(user) > maxSignedUser:
-			if signedFor(req(method, q.Encode()), sb) {
+			if opens(req(method, q.Encode()), sb) {
 				t.Errorf("a path of %d bytes or a user of %d is signed", len(path), len(user))
 			}
 		case exp == 0 || exp > now+5:
-			if !signedFor(req(method, q.Encode()), sb) {
+			if !opens(req(method, q.Encode()), sb) {
 				t.Errorf("a signature of %q %s %q (expiring %d) does not open its sandbox", path, op, user, exp)
 			}
 		}
-		if exp != 0 && exp < now-5 && signedFor(req(method, q.Encode()), sb) {
-			t.Errorf("a signature of %q expired at %d opens its sandbox", path, exp)
+		if exp != 0 && exp < now-5 {
+			no := signedFor(req(method, q.Encode()), sb)
+			switch {
+			case no == nil:
+				t.Errorf("a signature of %q expired at %d opens its sandbox", path, exp)
+			case token != "" && len(path) <= maxSignedPath && len(user) <= maxSignedUser && no.msg != errExpiredSignature:
+				t.Errorf("a signature of %q expired at %d is refused with %q, want envd's %q", path, exp, no.msg, errExpiredSignature)
+			}
 		}
-		if signedFor(req(method, q.Encode()), &sandbox.Sandbox{AccessToken: token + "x"}) {
+		if opens(req(method, q.Encode()), &sandbox.Sandbox{AccessToken: token + "x"}) {
 			t.Errorf("a signature of the token %q opens another sandbox's", token)
 		}
 		otherMethod := map[bool]string{true: http.MethodGet, false: http.MethodPost}[write]
-		if signedFor(req(otherMethod, q.Encode()), sb) {
+		if opens(req(otherMethod, q.Encode()), sb) {
 			t.Errorf("a %s signature of %q opens it for %s", op, path, otherMethod)
 		}
 		if other != path {
 			q.Set("path", other)
-			if signedFor(req(method, q.Encode()), sb) {
+			if opens(req(method, q.Encode()), sb) {
 				t.Errorf("a signature of %q opens %q", path, other)
 			}
 		}
-		if signedFor(req(method, rawQuery), &sandbox.Sandbox{AccessToken: "the sandbox's token"}) {
+		if opens(req(method, rawQuery), &sandbox.Sandbox{AccessToken: "the sandbox's token"}) {
 			t.Errorf("the fuzzer's query %q opens a sandbox", rawQuery)
 		}
 	})

@@ -44,12 +44,29 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string
 	}
 	// envd needs the sandbox's access token; its other ports take the
 	// traffic token too (the SDKs send only that for some calls).
-	token := sb.CheckToken(r.Header.Get("X-Access-Token")) ||
+	header := r.Header.Get("X-Access-Token")
+	token := sb.CheckToken(header) ||
 		(port != agentproto.EnvdPort && sb.CheckTrafficToken(r.Header.Get("E2B-Traffic-Access-Token")))
-	signed := !token && port == agentproto.EnvdPort && signedFor(r, sb)
-	if !token && !signed {
+	signed := false
+	switch {
+	case token:
+	case port != agentproto.EnvdPort:
 		writeError(w, http.StatusUnauthorized, "invalid or missing access token for this sandbox")
 		return
+	case header != "":
+		// A wrong token is refused, signed URL or not, as envd does.
+		msg := errUnauthorized
+		if r.URL.Path == agentproto.FilesPath {
+			msg = errTokenMismatch
+		}
+		writeError(w, http.StatusUnauthorized, "%s", msg)
+		return
+	default:
+		if no := signedFor(r, sb); no != nil {
+			writeError(w, no.status, "%s", no.msg)
+			return
+		}
+		signed = true
 	}
 	if signed {
 		// A signed URL acts as the user it was signed for, whom its
@@ -76,7 +93,26 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request, id, port string
 	// duplex, Go's server ends the request body as soon as the response
 	// starts, and the transport then drops the connection mid-stream.
 	_ = http.NewResponseController(w).EnableFullDuplex()
+	logRequest(sb, r)
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
+}
+
+// logRequest adds a request to the agent to sb's log, as envd logs each
+// of its calls, when it is passed on: the call, never its body or query
+// (a signed URL's signature is in it).
+func logRequest(sb *sandbox.Sandbox, r *http.Request) {
+	sb.Log("info", "gateway", callName(r.Method, r.URL.Path), "method", r.Method+" "+r.URL.Path, "port", r.Header.Get("E2b-Sandbox-Port"))
+}
+
+// callName is envd's name for a call: "Process start" for
+// /process.Process/Start, the method and path for plain HTTP.
+func callName(method, path string) string {
+	pkg, rest, ok := strings.Cut(strings.TrimPrefix(path, "/"), ".")
+	svc, m, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 || pkg == "" || svc == "" || m == "" || strings.Contains(m, "/") {
+		return method + " " + path
+	}
+	return strings.ToUpper(svc[:1]) + svc[1:] + " " + strings.ToLower(m[:1]) + m[1:]
 }
 
 // portGateway passes a request to the server listening on port inside
@@ -160,6 +196,8 @@ func (s *Server) agentProxy() *httputil.ReverseProxy {
 			// The error names host sockets: log it, never send it.
 			if !errors.Is(err, context.Canceled) {
 				s.log.Warn("gateway", "sandbox", r.Header.Get("E2b-Sandbox-Id"), "err", err)
+				sb := r.Context().Value(sandboxKey{}).(*sandbox.Sandbox)
+				sb.Log("error", "gateway", "the sandbox's agent is not reachable", "method", r.Method+" "+r.URL.Path)
 			}
 			writeError(w, http.StatusBadGateway, "the sandbox's agent is not reachable")
 		},

@@ -159,7 +159,7 @@ type listItem struct {
 	ClientID            string            `json:"clientID"`
 	StartedAt           time.Time         `json:"startedAt"`
 	EndAt               time.Time         `json:"endAt"`
-	CPUCount            float64           `json:"cpuCount"`
+	CPUCount            int64             `json:"cpuCount"` // whole cores, as E2B's: cpuCount
 	MemoryMB            int64             `json:"memoryMB"`
 	DiskSizeMB          int64             `json:"diskSizeMB"`
 	Metadata            map[string]string `json:"metadata"`
@@ -184,7 +184,7 @@ type lifecycle struct {
 func item(sb *sandbox.Sandbox) listItem {
 	return listItem{
 		TemplateID: sb.TemplateID, SandboxID: sb.ID, ClientID: sb.ClientID,
-		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: sb.CPUs,
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: cpuCount(sb.CPUs),
 		MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: sb.Metadata,
 		State: state(sb), EnvdVersion: agentproto.EnvdVersion, Backend: sb.BackendName(),
 	}
@@ -383,9 +383,16 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// connect returns a running sandbox; a timeout in the body extends its
-// time to live (never shortens it), as E2B does.
-func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+// connect returns a running sandbox (200), resuming a paused one (201);
+// a timeout in the body extends its time to live (never shortens it), as
+// E2B does.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) { s.connectOrResume(w, r, false) }
+
+// resume is E2B's older resume: a paused sandbox resumed (201), a
+// running one refused (409), as E2B's.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) { s.connectOrResume(w, r, true) }
+
+func (s *Server) connectOrResume(w http.ResponseWriter, r *http.Request, pausedOnly bool) {
 	var b timeoutBody
 	if !decode(w, r, &b) {
 		return
@@ -394,6 +401,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(id)
 	if err != nil {
 		s.managerError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if sb.Paused() {
+		status = http.StatusCreated
+	} else if pausedOnly {
+		writeError(w, http.StatusConflict, "sandbox %s is already running", id)
 		return
 	}
 	var d time.Duration
@@ -415,7 +429,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, s.sandboxObject(sb))
+	writeJSON(w, status, s.sandboxObject(sb))
 }
 
 // pause stops every process of a sandbox; connect resumes it. With

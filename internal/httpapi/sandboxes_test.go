@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -86,27 +87,68 @@ func TestTimeoutAndMetrics(t *testing.T) {
 	if in := a.info(c.SandboxID); time.Until(in.EndAt) < 5*time.Minute {
 		t.Errorf("endAt %v after a timeout of 600 s", in.EndAt)
 	}
+	// The backend counts 20 MiB in use, 3 of them page cache.
+	insts := a.b.Instances()
+	insts[len(insts)-1].SetUsage(backend.Usage{Memory: 20 << 20, Cache: 3 << 20})
 	code, data := a.call("GET", "/sandboxes/"+c.SandboxID+"/metrics", nil)
 	var ms []struct {
-		CPUCount   float64 `json:"cpuCount"`
-		CPUUsedPct float64 `json:"cpuUsedPct"`
-		MemUsed    int64   `json:"memUsed"`
-		MemTotal   int64   `json:"memTotal"`
-		DiskTotal  int64   `json:"diskTotal"`
-		Timestamp  int64   `json:"timestampUnix"`
+		CPUCount   *int64   `json:"cpuCount"`
+		CPUUsedPct *float64 `json:"cpuUsedPct"`
+		MemUsed    *int64   `json:"memUsed"`
+		MemTotal   *int64   `json:"memTotal"`
+		MemCache   *int64   `json:"memCache"`
+		DiskTotal  *int64   `json:"diskTotal"`
+		Timestamp  int64    `json:"timestampUnix"`
 	}
 	if code != http.StatusOK || json.Unmarshal(data, &ms) != nil || len(ms) != 1 {
 		t.Fatalf("metrics: %d %s", code, data)
 	}
 	// diskTotal is what its file systems hold: the default 1 GiB disk
-	// bounded by the 512 MiB of memory (policy.WritableBytes).
-	if m := ms[0]; m.MemUsed != 20<<20 || m.MemTotal != 512<<20 || m.CPUCount != 1 || m.DiskTotal != 384<<20 || m.Timestamp == 0 {
+	// bounded by the 512 MiB of memory (policy.WritableBytes). Every
+	// field is there (E2B's Python SDK raises KeyError for any missing).
+	m := ms[0]
+	if m.CPUCount == nil || m.CPUUsedPct == nil || m.MemUsed == nil || m.MemTotal == nil || m.MemCache == nil || m.DiskTotal == nil {
+		t.Fatalf("metrics %s: a field is missing", data)
+	}
+	if *m.MemUsed != 20<<20 || *m.MemCache != 3<<20 || *m.MemTotal != 512<<20 || *m.CPUCount != 1 || *m.DiskTotal != 384<<20 || m.Timestamp == 0 {
 		t.Errorf("metrics %s", data)
 	}
 	_, body := a.call("GET", "/metrics", nil)
 	for _, want := range []string{`airlock_sandboxes_running{template="base"} 1`, `airlock_sandbox_creates_total{source="cold"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// TestMetricsList: GET /sandboxes/metrics answers the latest metric of
+// each running sandbox it names, once, and leaves out the paused and the
+// unknown, as E2B lists running sandboxes only.
+func TestMetricsList(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	x, y := a.create(nil), a.create(nil)
+	insts := a.b.Instances()
+	insts[len(insts)-2].SetUsage(backend.Usage{Memory: 20 << 20, Cache: 3 << 20})
+	if code, data := a.call("POST", "/sandboxes/"+y.SandboxID+"/pause", nil); code != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", code, data)
+	}
+	code, data := a.call("GET", "/sandboxes/metrics?sandbox_ids="+x.SandboxID+","+y.SandboxID+",nope,"+x.SandboxID, nil)
+	var list struct {
+		Sandboxes map[string]struct {
+			MemUsed  int64 `json:"memUsed"`
+			MemCache int64 `json:"memCache"`
+		} `json:"sandboxes"`
+	}
+	if code != http.StatusOK || json.Unmarshal(data, &list) != nil {
+		t.Fatalf("metrics list: %d %s", code, data)
+	}
+	if m, ok := list.Sandboxes[x.SandboxID]; len(list.Sandboxes) != 1 || !ok || m.MemUsed != 20<<20 || m.MemCache != 3<<20 {
+		t.Errorf("metrics list %s, want only %s's, with its usage", data, x.SandboxID)
+	}
+	many := strings.Repeat("a,", maxMetricsIDs) + "a"
+	for _, q := range []string{"", "?sandbox_ids=", "?sandbox_ids=" + many} {
+		if code, data := a.call("GET", "/sandboxes/metrics"+q, nil); code != http.StatusBadRequest {
+			t.Errorf("metrics list%s: %d %s, want 400", q, code, data)
 		}
 	}
 }
@@ -324,9 +366,10 @@ func TestPauseConnectResume(t *testing.T) {
 		t.Errorf("gateway to a paused sandbox: %d %s, want 502", code, data)
 	}
 
+	// 201: resumed, as E2B answers.
 	code, data = a.call("POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 300})
 	var again created
-	if code != http.StatusOK || json.Unmarshal(data, &again) != nil {
+	if code != http.StatusCreated || json.Unmarshal(data, &again) != nil {
 		t.Fatalf("connect: %d %s", code, data)
 	}
 	if again.SandboxID != id || again.EnvdAccessToken != c.EnvdAccessToken {
@@ -349,13 +392,17 @@ func TestPauseConnectResume(t *testing.T) {
 		t.Errorf("connect with a shorter timeout moved endAt from %v to %v", end, got)
 	}
 
-	// The legacy resume route does what connect does.
+	// The legacy resume route resumes a paused sandbox (201), and refuses
+	// a running one (409), as E2B's.
 	a.call("POST", "/sandboxes/"+id+"/pause", nil)
-	if code, data := a.call("POST", "/sandboxes/"+id+"/resume", nil); code != http.StatusOK {
+	if code, data := a.call("POST", "/sandboxes/"+id+"/resume", nil); code != http.StatusCreated {
 		t.Fatalf("resume: %d %s", code, data)
 	}
 	if in := a.info(id); in.State != "running" {
 		t.Errorf("state %q after resume", in.State)
+	}
+	if code, data := a.call("POST", "/sandboxes/"+id+"/resume", nil); code != http.StatusConflict {
+		t.Errorf("resume of a running sandbox: %d %s, want 409", code, data)
 	}
 	if code, _ := a.call("POST", "/sandboxes/inope/connect", nil); code != http.StatusNotFound {
 		t.Errorf("connect to an unknown sandbox: %d, want 404", code)

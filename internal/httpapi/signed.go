@@ -26,6 +26,16 @@ import (
 // "read" for GET and "write" for POST. Only the sandbox's access token
 // makes one, and it covers that path, operation and user alone.
 
+// envd's refusals, word for word: E2B's users and SDKs see these bodies
+// ({code: 401, message}) when a /files request is not let through.
+const (
+	errMissingSignature = "missing signature query parameter"
+	errInvalidSignature = "invalid signature"
+	errExpiredSignature = "signature is already expired"
+	errTokenMismatch    = "access token present in header but does not match"
+	errUnauthorized     = "unauthorized access, please provide a valid access token or method signing if supported"
+)
+
 // signedRequest is what a signed request asks, checked for everything
 // but the signature itself, which needs a sandbox's token.
 type signedRequest struct {
@@ -34,6 +44,15 @@ type signedRequest struct {
 	// the token; suffix what comes after it.
 	prefix hash.Hash
 	suffix string
+	// expired: its expiry has passed. envd says so only of a signature
+	// that its sandbox's token made, so it is told after the hash.
+	expired bool
+}
+
+// refusal is an answer that lets a request no further.
+type refusal struct {
+	status int
+	msg    string
 }
 
 // Bounds of what a signed request may name: Linux's PATH_MAX, and a
@@ -44,18 +63,12 @@ const (
 	maxSignedUser = 256
 )
 
-// parseSigned reads r as a signed /files request; ok is false for one
-// that no signature can open (another path or method, a malformed or
-// expired signature).
-func parseSigned(r *http.Request) (req signedRequest, ok bool) {
+// parseSigned reads r as a signed /files request; a refusal, envd's, is
+// for one that no signature can open (another path or method, no
+// signature, a malformed one).
+func parseSigned(r *http.Request) (req signedRequest, no *refusal) {
 	if r.URL.Path != agentproto.FilesPath {
-		return req, false
-	}
-	q := r.URL.Query()
-	sig := q.Get("signature")
-	// "v1_" and 43 characters: the unpadded base64 of 32 bytes.
-	if !strings.HasPrefix(sig, "v1_") || len(sig) != 3+base64.RawStdEncoding.EncodedLen(sha256.Size) {
-		return req, false
+		return req, &refusal{http.StatusUnauthorized, errUnauthorized}
 	}
 	var op string
 	switch r.Method {
@@ -64,23 +77,43 @@ func parseSigned(r *http.Request) (req signedRequest, ok bool) {
 	case http.MethodPost:
 		op = "write"
 	default:
-		return req, false
+		return req, &refusal{http.StatusUnauthorized, errUnauthorized}
 	}
+	q := r.URL.Query()
+	if !q.Has("signature") {
+		return req, &refusal{http.StatusUnauthorized, errMissingSignature}
+	}
+	sig := q.Get("signature")
 	path, user := q.Get("path"), q.Get("username")
-	if len(path) > maxSignedPath || len(user) > maxSignedUser {
-		return req, false
+	// "v1_" and 43 characters: the unpadded base64 of 32 bytes.
+	if !strings.HasPrefix(sig, "v1_") || len(sig) != 3+base64.RawStdEncoding.EncodedLen(sha256.Size) ||
+		len(path) > maxSignedPath || len(user) > maxSignedUser {
+		return req, &refusal{http.StatusUnauthorized, errInvalidSignature}
 	}
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil || time.Now().Unix() > n {
-			return req, false
+		if err != nil {
+			return req, &refusal{http.StatusBadRequest, "Invalid format for parameter signature_expiration: want a Unix time in seconds"}
 		}
+		req.expired = time.Now().Unix() > n
 		req.suffix = ":" + exp
 	}
 	req.sig = []byte(sig)
 	req.prefix = sha256.New()
 	req.prefix.Write([]byte(path + ":" + op + ":" + user + ":"))
-	return req, true
+	return req, nil
+}
+
+// check is envd's answer to req for a sandbox's token: nil when the
+// token made its signature and it has not expired.
+func (req signedRequest) check(token string) *refusal {
+	if !req.signedBy(token) {
+		return &refusal{http.StatusUnauthorized, errInvalidSignature}
+	}
+	if req.expired {
+		return &refusal{http.StatusUnauthorized, errExpiredSignature}
+	}
+	return nil
 }
 
 // signedBy reports whether token made the request's signature: one
@@ -104,11 +137,15 @@ func (req signedRequest) signedBy(token string) bool {
 	return subtle.ConstantTimeCompare(req.sig, []byte(want)) == 1
 }
 
-// signedFor reports whether r is a /files request that a signature of
-// sb's access token opens, unexpired.
-func signedFor(r *http.Request, sb *sandbox.Sandbox) bool {
-	req, ok := parseSigned(r)
-	return ok && req.signedBy(sb.AccessToken)
+// signedFor is envd's answer to r, a request to sb's agent without its
+// access token: nil for a /files request that a signature of sb's token
+// opens, unexpired.
+func signedFor(r *http.Request, sb *sandbox.Sandbox) *refusal {
+	req, no := parseSigned(r)
+	if no != nil {
+		return no
+	}
+	return req.check(sb.AccessToken)
 }
 
 // signedSandbox finds the sandbox whose access token signed r, a signed
@@ -117,18 +154,22 @@ func signedFor(r *http.Request, sb *sandbox.Sandbox) bool {
 // per sandbox for a request anyone can send, so it is refused early
 // when it cannot be a signature, and each client may try only so many
 // (signedLimits); a request that names its sandbox (by host or header)
-// costs one hash and is not limited.
-func (s *Server) signedSandbox(r *http.Request) *sandbox.Sandbox {
-	req, ok := parseSigned(r)
-	if !ok {
-		return nil
+// costs one hash and is not limited. An expired signature of a sandbox
+// is refused as expired, as envd does.
+func (s *Server) signedSandbox(r *http.Request) (*sandbox.Sandbox, *refusal) {
+	req, no := parseSigned(r)
+	if no != nil {
+		return nil, no
 	}
 	for _, sb := range s.m.All() {
 		if req.signedBy(sb.AccessToken) {
-			return sb
+			if no := req.check(sb.AccessToken); no != nil {
+				return nil, no
+			}
+			return sb, nil
 		}
 	}
-	return nil
+	return nil, &refusal{http.StatusUnauthorized, errInvalidSignature}
 }
 
 // Signed URLs that name no sandbox, per client: 20 a second, 100 at

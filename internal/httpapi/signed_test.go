@@ -83,6 +83,53 @@ func TestSignedFileURLs(t *testing.T) {
 	}
 }
 
+// TestSignedURLRefusals: a refused /files request gets envd's status and
+// body, word for word, whether it names its sandbox or its signature
+// finds it (E2B_SANDBOX_URL); so does a wrong token on envd's port.
+func TestSignedURLRefusals(t *testing.T) {
+	a := newAPI(t, sandbox.Config{})
+	c := a.create(nil)
+	soon, past := time.Now().Add(time.Minute).Unix(), time.Now().Add(-time.Minute).Unix()
+	named := http.Header{"E2b-Sandbox-Id": {c.SandboxID}, "E2b-Sandbox-Port": {"49983"}}
+	with := func(h http.Header, k, v string) http.Header {
+		h = h.Clone()
+		h.Set(k, v)
+		return h
+	}
+	tampered := sign("/home/user/f", "read", "", c.EnvdAccessToken, soon)
+	tampered.Set("path", "/home/user/g")
+	badExpiry := sign("/home/user/f", "read", "", c.EnvdAccessToken, soon)
+	badExpiry.Set("signature_expiration", "soon")
+	for _, tc := range []struct {
+		name, method, path string
+		hdr                http.Header
+		code               int
+		msg                string
+	}{
+		{"expired, by its signature", "GET", "/files?" + sign("/home/user/f", "read", "", c.EnvdAccessToken, past).Encode(), nil, 401, errExpiredSignature},
+		{"expired, named", "GET", "/files?" + sign("/home/user/f", "read", "", c.EnvdAccessToken, past).Encode(), named, 401, errExpiredSignature},
+		{"tampered, by its signature", "GET", "/files?" + tampered.Encode(), nil, 401, errInvalidSignature},
+		{"tampered, named", "GET", "/files?" + tampered.Encode(), named, 401, errInvalidSignature},
+		{"another token's, expired", "GET", "/files?" + sign("/home/user/f", "read", "", "other", past).Encode(), named, 401, errInvalidSignature},
+		{"not v1", "GET", "/files?path=/home/user/f&signature=v2_x", nil, 401, errInvalidSignature},
+		{"a read signature to write", "POST", "/files?" + sign("/home/user/f", "read", "", c.EnvdAccessToken, soon).Encode(), named, 401, errInvalidSignature},
+		{"no signature", "GET", "/files?path=/home/user/f", named, 401, errMissingSignature},
+		{"an unreadable expiry", "GET", "/files?" + badExpiry.Encode(), named, 400, "Invalid format for parameter signature_expiration: want a Unix time in seconds"},
+		{"a wrong token with a good signature", "GET", "/files?" + sign("/home/user/f", "read", "", c.EnvdAccessToken, soon).Encode(), with(named, "X-Access-Token", "wrong"), 401, errTokenMismatch},
+		{"a wrong token elsewhere", "POST", "/process.Process/List", with(named, "X-Access-Token", "wrong"), 401, errUnauthorized},
+		{"no token elsewhere", "POST", "/process.Process/List", named, 401, errUnauthorized},
+	} {
+		code, _, data := a.do(tc.method, tc.path, "", tc.hdr)
+		if code != tc.code {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, data, tc.code)
+			continue
+		}
+		if msg := apiError(t, tc.code, data); msg != tc.msg {
+			t.Errorf("%s: %q, want envd's %q", tc.name, msg, tc.msg)
+		}
+	}
+}
+
 // TestSignedURLActsAsItsUser: the user a URL was signed for is the user
 // it acts as; an Authorization header naming another is dropped.
 func TestSignedURLActsAsItsUser(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 // of.
 
 func (s *Server) handleSnapshots() {
-	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.auth(h)) }
+	api := s.api
 	api("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	api("GET /snapshots", s.listSnapshots)
 	api("POST /sandboxes/{id}/fork", s.fork)

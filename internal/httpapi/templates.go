@@ -26,16 +26,18 @@ type Templates struct {
 // the SDK's Template builder calls.
 func (s *Server) HandleTemplates(t *Templates) {
 	s.templates = t
-	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.auth(h)) }
+	api := s.api
 	api("POST /v3/templates", s.requestBuild)
 	api("GET /templates/{id}/files/{hash}", s.uploadLink)
 	api("POST /v2/templates/{id}/builds/{buildID}", s.startBuild)
 	api("GET /templates/{id}/builds/{buildID}/status", s.buildStatus)
+	api("GET /templates/{id}/builds/{buildID}/logs", s.buildLogs)
 	api("POST /templates/tags", s.assignTags)
 	api("DELETE /templates/tags", s.removeTags)
 	api("DELETE /templates/{id}", s.deleteTemplate)
 	// Signed instead: the SDK puts the archive to the URL it was given,
 	// without the API key.
+	s.patterns = append(s.patterns, "PUT /templates/{id}/files/{hash}")
 	s.mux.HandleFunc("PUT /templates/{id}/files/{hash}", s.upload)
 }
 
@@ -176,22 +178,6 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) {
-	b, err := s.templates.Builds.Get(r.PathValue("id"), r.PathValue("buildID"))
-	if err != nil {
-		writeError(w, http.StatusNotFound, "%v", err)
-		return
-	}
-	offset := 0
-	if v := r.URL.Query().Get("logsOffset"); v != "" {
-		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
-			writeError(w, http.StatusBadRequest, "logsOffset %q is not a count", v)
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, b.Status(offset))
-}
-
 // templateGet answers GET /templates/aliases/{alias} and, with a build
 // service, GET /templates/{id}/tags (one pattern: the two overlap).
 func (s *Server) templateGet(w http.ResponseWriter, r *http.Request) {
@@ -253,7 +239,7 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"buildID": img.BuildKey, "tags": tags})
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildIDOf(img), "tags": tags})
 }
 
 func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
@@ -293,7 +279,7 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, id string)
 		if tag == "" {
 			tag = "default"
 		}
-		out = append(out, map[string]any{"tag": tag, "buildID": img.BuildKey, "createdAt": img.Created})
+		out = append(out, map[string]any{"tag": tag, "buildID": buildIDOf(img), "createdAt": img.Created})
 	}
 	if len(out) == 0 {
 		writeError(w, http.StatusNotFound, "template %q not found", id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
@@ -149,11 +150,13 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		m.metrics.createFailures.Add(1)
 		return nil, fmt.Errorf("set up sandbox: %w", err)
 	}
+	sb.Log("info", "sandbox", "sandbox created", "template", sb.TemplateID, "backend", be.Name(), "fromPool", strconv.FormatBool(pooled))
 	if err := m.register(sb, ttl); err != nil {
 		m.discard(inst)
 		return nil, err
 	}
 	registered = true
+	m.used(tmpl.Name)
 	m.watch(sb, inst)
 	m.metrics.observeCreate(m.since(start), pooled)
 	m.log.Info("sandbox created", "sandbox", sb.ID, "template", sb.TemplateID, "warm", pooled,

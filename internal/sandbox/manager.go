@@ -124,6 +124,8 @@ type Manager struct {
 	saved     atomic.Int64   // registered sandboxes saved to disk: not running
 	creating  sync.WaitGroup // the same creates, for Shutdown to wait for
 	changes   broadcast      // a sandbox's state or a pool changed
+	uses      map[string]use // by template name (templates.go)
+	started   time.Time
 
 	ctx      context.Context // ends at Shutdown: stops the pool fillers
 	cancel   context.CancelFunc
@@ -142,6 +144,7 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	if m.clock == nil {
 		m.clock = realClock{}
 	}
+	m.started, m.uses = m.clock.Now().UTC(), map[string]use{}
 	if len(m.cfg.TokenKey) == 0 {
 		m.cfg.TokenKey = newTokenKey()
 	}

@@ -97,5 +97,6 @@ func (m *Manager) UpdateNetwork(id string, pol policy.Network) error {
 	if err := sb.net.Update(pol); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	sb.Log("info", "sandbox", "network updated")
 	return nil
 }

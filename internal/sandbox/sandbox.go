@@ -59,6 +59,8 @@ type Sandbox struct {
 	// box started for it at a resume from SavedFiles is given again.
 	env     map[string]string
 	history []Sample // the sampler's, oldest first
+	// log is its log for its client (log.go), with a lock of its own.
+	log eventLog
 }
 
 // instance is the box that runs s; nil while s is saved.
@@ -115,6 +117,7 @@ type Usage struct {
 	// Usage call, or since it was handed out: 0 to 100.
 	CPUPercent float64
 	Memory     int64 // bytes in use
+	Cache      int64 // of Memory, the page cache of files
 	Disk       int64 // bytes its writable file systems hold
 }
 
@@ -139,7 +142,7 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	u := Usage{Memory: bu.Memory}
+	u := Usage{Memory: bu.Memory, Cache: bu.Cache}
 	if !s.Paused() { // a paused agent answers nothing
 		u.Disk = s.diskUsage(ctx)
 	}

@@ -168,6 +168,7 @@ func (m *Manager) transition(sb *Sandbox, o op, next State) error {
 		return fmt.Errorf("%w: sandbox %s is %s: a %s cannot make it %s", ErrConflict, sb.ID, from, o, next)
 	}
 	sb.state = next
+	sb.Log("info", "sandbox", "sandbox "+next.String(), "operation", o.String(), "from", from.String())
 	switch {
 	case !from.saved() && next.saved():
 		m.saved.Add(1)

@@ -174,7 +174,7 @@ test('files: write, read, list, exists, rename, makeDir, remove', async () => {
 
 // downloadUrl and uploadUrl: signed, expiring URLs that plain fetch
 // (no SDK, no headers) can use; a tampered, expired or other sandbox's
-// signature opens nothing.
+// signature opens nothing, refused with envd's bodies.
 test('files: signed download and upload URLs', async () => {
   const sbx = await Sandbox.create()
   const other = await Sandbox.create()
@@ -193,16 +193,21 @@ test('files: signed download and upload URLs', async () => {
     r = await fetch(await sbx.downloadUrl('/home/user/signed.txt', { user: 'user' }), { headers: { Authorization: 'Basic ' + btoa('root:') } })
     assert.equal(r.status, 200, 'signed for user, sent with Basic root')
     assert.equal(await r.text(), 'for the browser')
+    // Refused as envd refuses: its status and its body, word for word.
+    const refused = async (r, status, message, what) => {
+      assert.equal(r.status, status, what)
+      assert.deepEqual(await r.json(), { code: status, message }, what)
+    }
     const tampered = new URL(url)
     tampered.searchParams.set('path', '/home/user/.bashrc')
-    assert.equal((await fetch(tampered)).status, 401, 'the signature covers its path')
+    await refused(await fetch(tampered), 401, 'invalid signature', 'the signature covers its path')
     const expired = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: -5 })
-    assert.equal((await fetch(expired)).status, 401, 'an expired signature')
-    assert.equal((await fetch(url, { method: 'POST', body: 'x' })).status, 401, 'a read signature does not write')
+    await refused(await fetch(expired), 401, 'signature is already expired', 'an expired signature')
+    await refused(await fetch(url, { method: 'POST', body: 'x' }), 401, 'invalid signature', 'a read signature does not write')
     // Another sandbox's signature, for this sandbox, opens nothing.
     const foreign = await other.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
     r = await fetch(foreign, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' } })
-    assert.equal(r.status, 401, "another sandbox's signature")
+    await refused(r, 401, 'invalid signature', "another sandbox's signature")
 
     const up = await sbx.uploadUrl('/home/user/uploaded.txt', { useSignatureExpiration: 60 })
     const form = new FormData()

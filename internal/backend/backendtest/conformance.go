@@ -293,6 +293,9 @@ func (s *suite) usage(t *testing.T) {
 	if u.Memory <= 0 || u.Memory > TestPolicy().MemoryBytes {
 		t.Errorf("memory %d of a box with an idle agent", u.Memory)
 	}
+	if u.Cache < 0 || u.Cache > u.Memory {
+		t.Errorf("page cache %d of %d bytes in use", u.Cache, u.Memory)
+	}
 }
 
 // Kill ends the box without waiting; Wait removes all of it; nothing of
