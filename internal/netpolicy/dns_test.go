@@ -98,7 +98,8 @@ func TestDNSTunnellingEveryShape(t *testing.T) {
 		{"the internet", shape(true, nil, nil), true},
 		{"allowOut names", shape(false, []string{"allowed.test", "*.cdn.test"}, nil), false},
 		{"allowOut an address", shape(false, []string{"198.51.100.0/24"}, nil), false},
-		{"allowOut 0.0.0.0/0 without the internet", shape(false, []string{"0.0.0.0/0"}, nil), false},
+		// E2B's ALL_TRAFFIC in allowOut: every public address, so any name.
+		{"allowOut 0.0.0.0/0 without the internet", shape(false, []string{"0.0.0.0/0"}, nil), true},
 		{"E2B's recipe: the internet, denyOut 0.0.0.0/0, allowOut names", shape(true, []string{"allowed.test", "*.cdn.test"}, []string{"0.0.0.0/0"}), false},
 		{"the internet, denyOut its two halves, allowOut an address", shape(true, []string{"198.51.100.7"}, []string{"0.0.0.0/1", "128.0.0.0/1"}), false},
 		{"the internet, denyOut names only", shape(true, nil, []string{"*.tunnel.test", "denied.test"}), false},
