@@ -32,6 +32,8 @@ type Server struct {
 	hostDirs []string
 	// signedLimits slow each client's signed URLs that name no sandbox.
 	signedLimits *clientLimits
+	// netDefault is what creates that say nothing of the network get.
+	netDefault NetDefault
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
