@@ -58,6 +58,7 @@ func (n *fakeNetwork) last(t *testing.T) *fakeAttachment {
 }
 
 func (a *fakeAttachment) Namespace() *os.File { return a.ns }
+func (a *fakeAttachment) Name(string)         {}
 func (a *fakeAttachment) Policy() policy.Network {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -198,7 +198,8 @@ func TestResolverAnswer(t *testing.T) {
 	go srv.ActivateAndServe()
 	defer srv.Shutdown()
 
-	a := &Attachment{log: slog.New(slog.DiscardHandler)}
+	a := &Attachment{}
+	a.log.Store(slog.New(slog.DiscardHandler))
 	a.filter.special = testHost().special
 	a.pol.Store(compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "rebind.test", "mixed.test")}))
 	r := newResolver(a, []string{up.LocalAddr().String()}, DefaultDNSRate)

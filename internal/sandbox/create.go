@@ -251,6 +251,7 @@ func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol polic
 			// Nothing of the request has run in it yet: its network,
 			// closed until now, becomes the request's.
 			att := inst.(netInstance).net
+			att.Name(id)
 			if err := att.Update(pol.Network); err != nil {
 				m.discard(inst)
 				return nil, nil, false, fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -24,6 +24,9 @@ type NetAttachment interface {
 	Policy() policy.Network
 	// Update replaces the policy; connections it no longer allows end.
 	Update(policy.Network) error
+	// Name names the sandbox it is for in its log lines (a pooled
+	// sandbox's network is made before its claim gives it an id).
+	Name(id string)
 	// Close removes the network; the sandbox must be gone.
 	Close() error
 }

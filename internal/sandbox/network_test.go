@@ -54,6 +54,13 @@ type fakeAttachment struct {
 	pol       policy.Network
 	updateErr error
 	closed    bool
+	name      string // the sandbox it was last named for
+}
+
+func (a *fakeAttachment) Name(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.name = id
 }
 
 func (a *fakeAttachment) Namespace() *os.File { return a.ns }
@@ -215,6 +222,13 @@ func TestNetworkedPool(t *testing.T) {
 	}
 	if pol, ok := sb.Network(); !ok || pol.Mode != policy.NetInternet || waiting.Policy().Mode != policy.NetInternet {
 		t.Errorf("claimed: Network() = %+v, %v; its attachment's %+v; want the internet", pol, ok, waiting.Policy())
+	}
+	// Its network's log lines (refusals) name the sandbox, not the pool.
+	waiting.mu.Lock()
+	name := waiting.name
+	waiting.mu.Unlock()
+	if name != sb.ID {
+		t.Errorf("the claimed network is named %q, want the sandbox's id %q", name, sb.ID)
 	}
 	// Sealed (E2B's allowInternetAccess false): from the pool too, and
 	// updateNetwork opens it and closes it again.
