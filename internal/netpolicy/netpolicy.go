@@ -206,16 +206,19 @@ func (h *Host) ownAddrs() []netip.Addr {
 	if err != nil {
 		return h.addrs // the last known; reserved ranges still hold
 	}
-	h.addrs = h.addrs[:0]
+	// A new slice, never the old one refilled: callers range over the
+	// one returned before without the lock, and one rewritten under them
+	// could miss a host address (and let a connection to it through).
+	addrs := make([]netip.Addr, 0, len(ifaddrs))
 	for _, ia := range ifaddrs {
 		if n, ok := ia.(*net.IPNet); ok {
 			if a, ok := netip.AddrFromSlice(n.IP); ok {
-				h.addrs = append(h.addrs, a.Unmap())
+				addrs = append(addrs, a.Unmap())
 			}
 		}
 	}
-	h.addrsAt = time.Now()
-	return h.addrs
+	h.addrs, h.addrsAt = addrs, time.Now()
+	return addrs
 }
 
 // Attachment is one sandbox's network: its namespace, veth pair, table,
