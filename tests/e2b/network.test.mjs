@@ -237,6 +237,9 @@ test('by default a sandbox has the internet, from the pool', { skip }, async () 
     await expectFail(sbx, 'tcp', '169.254.169.254', '80')
     const line = server.log().split('\n').find((l) => l.includes('sandbox created') && l.includes(sbx.sandboxId))
     assert.match(line, /warm=true/, 'the default sandbox was started cold, not claimed from the pool')
+    // Its network, made for the pool, logs under the sandbox's id now.
+    assert.ok(server.log().split('\n').some((l) => l.includes('connection refused') && l.includes(sbx.sandboxId)),
+      'the refusals of a claimed sandbox are not logged under its id')
   } finally {
     await sbx.kill()
   }
