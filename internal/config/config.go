@@ -93,6 +93,12 @@ type Builds struct {
 
 // Network is what the server offers sandboxes that ask for a network.
 type Network struct {
+	// Default is what a sandbox created through the E2B API that says
+	// nothing of its network gets: NetInternet (E2B's rule, the default)
+	// or NetNone, which seals the server: no sandbox gets the internet,
+	// and a request for it is refused, naming this setting. airlock run
+	// and MCP give no network by default whatever it says.
+	Default NetDefault `json:"default"`
 	// Disabled: no sandbox gets a network; asking for one is refused.
 	Disabled bool `json:"disabled"`
 	// Subnet numbers the sandboxes' veth pairs, a /30 each.
@@ -127,6 +133,28 @@ type Template struct {
 	PoolSize *int     `json:"poolSize"`
 	Backend  string   `json:"backend"` // this template's isolation, if not the server's
 }
+
+// NetDefault is network.default: NetInternet or NetNone.
+type NetDefault string
+
+// The values of network.default ("": NetInternet).
+const (
+	NetInternet NetDefault = "internet"
+	NetNone     NetDefault = "none"
+)
+
+func (n *NetDefault) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil || (s != string(NetInternet) && s != string(NetNone)) {
+		return fmt.Errorf("network.default %s: want \"internet\" or \"none\"", b)
+	}
+	*n = NetDefault(s)
+	return nil
+}
+
+// Sealed reports whether the server is sealed: no internet for any
+// sandbox.
+func (n Network) Sealed() bool { return n.Default == NetNone }
 
 // Duration reads "30s" style strings in JSON.
 type Duration time.Duration

@@ -13,6 +13,8 @@ func TestLoadRefusesUnknownFields(t *testing.T) {
 		{"bad duration", `{"defaultTimeout": "soon"}`, `invalid duration "soon"`},
 		{"bad size", `{"poolMemoryBudget": "lots"}`, "lots"},
 		{"not JSON", `listen: x`, "invalid character"},
+		{"bad network default", `{"network": {"default": "sealed"}}`, `network.default "sealed": want "internet" or "none"`},
+		{"network default not a string", `{"network": {"default": false}}`, `network.default false`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "airlock.json")
@@ -27,5 +29,26 @@ func TestLoadRefusesUnknownFields(t *testing.T) {
 	dir := t.TempDir()
 	if err := Load(filepath.Join(dir, "missing.json"), new(Config)); err == nil || strings.Contains(err.Error(), dir) {
 		t.Errorf("missing file: %v, want an error without the path", err)
+	}
+}
+
+func TestNetworkDefault(t *testing.T) {
+	for _, tc := range []struct {
+		file   string
+		sealed bool
+	}{
+		{`{}`, false},
+		{`{"network": {"default": "internet"}}`, false},
+		{`{"network": {"default": "none"}}`, true},
+	} {
+		path := filepath.Join(t.TempDir(), "airlock.json")
+		os.WriteFile(path, []byte(tc.file), 0o600)
+		cfg := Default()
+		if err := Load(path, &cfg); err != nil {
+			t.Fatalf("Load(%s): %v", tc.file, err)
+		}
+		if got := cfg.Network.Sealed(); got != tc.sealed {
+			t.Errorf("%s: Sealed() = %v, want %v", tc.file, got, tc.sealed)
+		}
 	}
 }

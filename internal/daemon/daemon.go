@@ -178,6 +178,9 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// E2B's rule: the internet unless asked otherwise, so the pools keep
+	// sandboxes in networks, closed until claimed.
+	d.mcfg.NetworkedPools = d.internetByDefault()
 	d.manager = sandbox.NewManager(d.mcfg, d.isolation, d.log)
 	d.api = d.handler(images, files)
 	return nil
@@ -192,6 +195,11 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 		cfg.Domain = "localhost:" + port
 	}
 	api := httpapi.New(d.manager, d.key.Value, cfg.Domain, d.log)
+	def := httpapi.NetDefault{Internet: d.internetByDefault()}
+	if cfg.Network.Sealed() {
+		def.SealedBy = `network.default "none"`
+	}
+	api.SetNetworkDefault(def)
 	// The web console: a page that asks for the API key and calls the API.
 	ui := console.Handler()
 	api.HandlePublic("GET /{$}", ui)
@@ -217,6 +225,14 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 		func(*http.Request) *sdk.Server { return mcpServer },
 		&sdk.StreamableHTTPOptions{SessionTimeout: time.Duration(cfg.DefaultTimeout), Logger: d.log}))
 	return api
+}
+
+// internetByDefault reports whether the E2B API's sandboxes have the
+// internet unless they ask otherwise: where the host gives networks and
+// the server is not sealed. Elsewhere they have loopback only, and a
+// request for a network is told why there is none.
+func (d *Daemon) internetByDefault() bool {
+	return d.network != nil && d.network.unavailable == nil && !d.cfg.Network.Sealed()
 }
 
 // Key is the API key clients must present, and where it is kept.

@@ -204,6 +204,27 @@ func TestServeAssembles(t *testing.T) {
 	}
 }
 
+// TestSealedServer: network.default "none" seals the server: a create
+// that says nothing works, one that asks for the internet gets 400 naming
+// the setting. (With networks, see tests/e2b/network.test.mjs.)
+func TestSealedServer(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	cfg := resolve(t, `{"network": {"default": "none", "disabled": true}}`, nil, "--listen", "127.0.0.1:0", "--state-dir", state, "--backend", "fake", "--pool-size", "0")
+	d := serve(t, cfg, fakes(t, "fake"))
+	key := d.Key().Value
+	if code, _, body := call(t, d.Daemon, "POST", "/v2/sandboxes", key, `{}`); code != http.StatusCreated {
+		t.Errorf("a create that says nothing of the network: %d %s", code, body)
+	}
+	for _, body := range []string{`{"allow_internet_access": true}`, `{"network": {"denyOut": ["203.0.113.20"]}}`} {
+		if code, _, got := call(t, d.Daemon, "POST", "/v2/sandboxes", key, body); code != http.StatusBadRequest || !strings.Contains(got, `network.default \"none\"`) {
+			t.Errorf("%s on a sealed server: %d %s, want 400 naming network.default", body, code, got)
+		}
+	}
+	if err := d.stop(); err != nil {
+		t.Error(err)
+	}
+}
+
 // keyed sends the API key with every request.
 type keyed struct{ key string }
 

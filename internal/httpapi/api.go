@@ -35,6 +35,8 @@ type Server struct {
 	signedLimits *clientLimits
 	// patterns are the API's routes, as registered (Routes).
 	patterns []string
+	// netDefault is what creates that say nothing of the network get.
+	netDefault NetDefault
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts

@@ -265,7 +265,7 @@ func TestBadInput(t *testing.T) {
 		{"a bad denyOut", "POST", "/v2/sandboxes", `{"allow_internet_access":true,"network":{"denyOut":["exa mple.com"]}}`, 400, "denyOut"},
 		{"httpsPorts out of range", "POST", "/v2/sandboxes", `{"network":{"httpsPorts":[70000]}}`, 400, "httpsPorts"},
 		{"httpsPorts of the agent", "POST", "/v2/sandboxes", `{"network":{"httpsPorts":[49983]}}`, 400, "httpsPorts"},
-		{"network update of a sandbox without one", "PUT", "/sandboxes/" + id + "/network", `{"allow_internet_access":true}`, 409, "without a network"},
+		{"network update of a sandbox without one", "PUT", "/sandboxes/" + id + "/network", `{"allow_internet_access":true}`, 409, "no network interface"},
 		{"network update with rules", "PUT", "/sandboxes/" + id + "/network", `{"rules":{"a.com":[{}]}}`, 400, "rules"},
 		{"network update of no sandbox", "PUT", "/sandboxes/nope/network", `{}`, 404, "not found"},
 		{"autoPauseMemory false with autoResume", "POST", "/v2/sandboxes", `{"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400, "autoResume"},

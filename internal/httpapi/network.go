@@ -64,12 +64,33 @@ type networkBody struct {
 // are refused by refuseUnknown.
 var networkFields = []string{"allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "httpsPorts"}
 
+// NetDefault is what the E2B API gives a sandbox that says nothing of its
+// network, set by the daemon from its configuration (network.default).
+type NetDefault struct {
+	// Internet: E2B's rule. A create that says nothing gets the internet,
+	// and a sealed one (allowInternetAccess false) an interface closed to
+	// everything, which updateNetwork can open. False: such creates get
+	// loopback only, no interface (a server without networks).
+	Internet bool
+	// SealedBy, if set, is the setting that seals the server: a request
+	// for the internet is refused, naming it.
+	SealedBy string
+}
+
+// SetNetworkDefault sets what creates that say nothing of the network get
+// (the zero value, until set: loopback only).
+func (s *Server) SetNetworkDefault(d NetDefault) { s.netDefault = d }
+
 // egress turns E2B's allowInternetAccess and allowOut/denyOut into a
-// policy. A sandbox gets an interface when it may reach the internet or
-// names egress rules at all (an empty allowOut makes one closed to
-// everything, whose policy can be changed later); otherwise it has
-// loopback only, Airlock's default where E2B's is the internet.
-func egress(internet *bool, allowOut, denyOut *[]string) (policy.Network, error) {
+// policy, by E2B's rules: the internet unless allowInternetAccess is
+// false (then only allowOut, as E2B's denyOut ALL_TRAFFIC over it);
+// denyOut alone is the internet less what it denies. Airlock's own:
+// allowOut alone (which E2B refuses for names and ignores for addresses)
+// is only what it names. A request that says nothing gets the server's
+// default (d), on a create and on an update alike (E2B's
+// updateNetwork({}) clears every rule: the internet). On a sealed server
+// a policy that opens the internet is refused.
+func egress(d NetDefault, create bool, internet *bool, allowOut, denyOut *[]string) (policy.Network, error) {
 	var n policy.Network
 	var err error
 	if allowOut != nil {
@@ -82,11 +103,22 @@ func egress(internet *bool, allowOut, denyOut *[]string) (policy.Network, error)
 			return n, fmt.Errorf("network.denyOut: %v", err)
 		}
 	}
+	sealed := internet != nil && !*internet
+	if sealed {
+		n.DenyOut = nil // E2B's denyOut ALL_TRAFFIC replaces it
+	}
 	switch {
-	case internet != nil && *internet:
-		n.Mode = policy.NetInternet
-	case allowOut != nil || denyOut != nil:
+	case sealed && create && !d.Internet && allowOut == nil:
+		// No interface where the server gives none by default.
+	case sealed, internet == nil && allowOut != nil && denyOut == nil:
 		n.Mode = policy.NetFiltered
+	case internet != nil || denyOut != nil || d.Internet:
+		n.Mode = policy.NetInternet
+	case !create && d.SealedBy != "":
+		n.Mode = policy.NetFiltered // a sealed server's default: closed
+	}
+	if d.SealedBy != "" && n.OpenInternet() {
+		return n, fmt.Errorf("this server is sealed (%s): its sandboxes cannot reach the internet; create without allowInternetAccess or with it false (SDKs that send it true by default need it said), and name what a sandbox may reach in network.allowOut", d.SealedBy)
 	}
 	return n, nil
 }
@@ -156,7 +188,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
 		return
 	}
-	n, err := egress(b.AllowInternetAccess, b.AllowOut, b.DenyOut)
+	n, err := egress(s.netDefault, false, b.AllowInternetAccess, b.AllowOut, b.DenyOut)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

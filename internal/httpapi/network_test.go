@@ -58,6 +58,7 @@ func (n *fakeNetwork) last(t *testing.T) *fakeAttachment {
 }
 
 func (a *fakeAttachment) Namespace() *os.File { return a.ns }
+func (a *fakeAttachment) Name(string)         {}
 func (a *fakeAttachment) Policy() policy.Network {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -292,5 +293,128 @@ func TestPortGatewayDropsCredentials(t *testing.T) {
 	hdr := http.Header{"Host": {port + "-" + c.SandboxID + ".localhost:49982"}, "Authorization": {"Bearer app-token"}}
 	if code, _, data := a.do("GET", "/echo", nil, hdr); code != http.StatusOK || !strings.Contains(string(data), `authorization=["Bearer app-token"]`) {
 		t.Errorf("an Authorization of the sandbox's own: %d %s, want it passed on", code, data)
+	}
+}
+
+// attached is the policy sandbox id's network has, or false if it has no
+// interface (no attachment made since the count before).
+func (n *fakeNetwork) policyOf(before int) (policy.Network, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.all) == before {
+		return policy.Network{}, false
+	}
+	return n.all[len(n.all)-1].Policy(), true
+}
+
+func (n *fakeNetwork) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.all)
+}
+
+// E2B's rules on an open server: the internet unless allowInternetAccess
+// is false, denyOut alone the internet less it, ALL_TRAFFIC as E2B
+// means it, and every sandbox with an interface, so that updateNetwork
+// works both ways.
+func TestNetworkByE2BRules(t *testing.T) {
+	nw := &fakeNetwork{}
+	a := newAPI(t, sandbox.Config{Network: nw})
+	a.s.SetNetworkDefault(NetDefault{Internet: true})
+	for _, tc := range []struct {
+		name, body, want string // want: mode, then allowOut, then denyOut
+	}{
+		{"nothing said", `{}`, "internet [] []"},
+		{"an empty network", `{"network": {}}`, "internet [] []"},
+		{"allowInternetAccess", `{"allow_internet_access": true}`, "internet [] []"},
+		{"sealed", `{"allow_internet_access": false}`, "filtered [] []"},
+		{"sealed, allowOut kept", `{"allow_internet_access": false, "network": {"allowOut": ["allowed.test"], "denyOut": ["203.0.113.0/24"]}}`, "filtered [allowed.test] []"},
+		{"denyOut alone", `{"network": {"denyOut": ["203.0.113.20"]}}`, "internet [] [203.0.113.20]"},
+		{"E2B's allowlist recipe", `{"network": {"denyOut": ["0.0.0.0/0"], "allowOut": ["allowed.test"]}}`, "internet [allowed.test] [0.0.0.0/0]"},
+		{"allowOut alone (Airlock's allowlist)", `{"network": {"allowOut": ["allowed.test"]}}`, "filtered [allowed.test] []"},
+		{"ALL_TRAFFIC allowed over denied", `{"network": {"denyOut": ["0.0.0.0/0"], "allowOut": ["0.0.0.0/0"]}}`, "internet [0.0.0.0/0] [0.0.0.0/0]"},
+	} {
+		before := nw.count()
+		code, data := a.call("POST", "/v2/sandboxes", tc.body)
+		if code != http.StatusCreated {
+			t.Errorf("%s: %d %s", tc.name, code, data)
+			continue
+		}
+		p, ok := nw.policyOf(before)
+		if got := fmt.Sprintf("%s %v %v", p.Mode, policy.Strings(p.AllowOut), policy.Strings(p.DenyOut)); !ok || got != tc.want {
+			t.Errorf("%s: interface %v, policy %s, want %s", tc.name, ok, got, tc.want)
+		}
+	}
+
+	// updateNetwork, sealed → open → sealed, and E2B's updateNetwork({})
+	// clearing every rule: the internet.
+	c := a.create(map[string]any{"allow_internet_access": false})
+	att := nw.last(t)
+	for _, step := range []struct{ body, want string }{
+		{`{"allow_internet_access": true}`, "internet"},
+		{`{"allow_internet_access": false}`, "filtered"},
+		{`{}`, "internet"},
+		{`{"denyOut": ["0.0.0.0/0"]}`, "internet"},
+		{`{"allowOut": []}`, "filtered"},
+	} {
+		if code, data := a.call("PUT", "/sandboxes/"+c.SandboxID+"/network", step.body); code != http.StatusNoContent {
+			t.Fatalf("update %s: %d %s", step.body, code, data)
+		}
+		if p := att.Policy(); string(p.Mode) != step.want {
+			t.Errorf("after update %s: %s, want %s", step.body, p.Mode, step.want)
+		}
+	}
+	var info struct {
+		AllowInternetAccess *bool `json:"allowInternetAccess"`
+	}
+	_, data := a.call("GET", "/sandboxes/"+c.SandboxID, nil)
+	if json.Unmarshal(data, &info) != nil || info.AllowInternetAccess == nil || *info.AllowInternetAccess {
+		t.Errorf("getInfo of a sealed sandbox: %s", data)
+	}
+}
+
+// A sealed server (network.default "none"): no interface unless asked
+// for by allowOut, and a request for the internet is refused naming the
+// setting, at create and at update.
+func TestNetworkSealedServer(t *testing.T) {
+	nw := &fakeNetwork{}
+	a := newAPI(t, sandbox.Config{Network: nw})
+	a.s.SetNetworkDefault(NetDefault{SealedBy: `network.default "none"`})
+	for _, body := range []string{`{}`, `{"allow_internet_access": false}`} {
+		before := nw.count()
+		a.create(body)
+		if p, ok := nw.policyOf(before); ok {
+			t.Errorf("%s on a sealed server made an interface: %+v", body, p)
+		}
+	}
+	for _, body := range []string{
+		`{"allow_internet_access": true}`,
+		`{"network": {"denyOut": ["203.0.113.20"]}}`,
+		`{"network": {"allowOut": ["0.0.0.0/0"]}}`,
+		`{"allow_internet_access": false, "network": {"allowOut": ["0.0.0.0/0"]}}`,
+	} {
+		code, data := a.call("POST", "/v2/sandboxes", body)
+		if code != http.StatusBadRequest || !strings.Contains(string(data), `network.default \"none\"`) {
+			t.Errorf("%s on a sealed server: %d %s, want 400 naming network.default", body, code, data)
+		}
+	}
+	// Allowlists are not the internet.
+	for _, body := range []string{
+		`{"network": {"allowOut": ["allowed.test"]}}`,
+		`{"allow_internet_access": true, "network": {"denyOut": ["0.0.0.0/0"], "allowOut": ["allowed.test"]}}`,
+	} {
+		before := nw.count()
+		a.create(body)
+		if p, ok := nw.policyOf(before); !ok || p.OpenInternet() {
+			t.Errorf("%s on a sealed server: interface %v, %+v", body, ok, p)
+		}
+	}
+	c := a.create(`{"network": {"allowOut": ["allowed.test"]}}`)
+	att := nw.last(t)
+	if code, data := a.call("PUT", "/sandboxes/"+c.SandboxID+"/network", `{"allow_internet_access": true}`); code != http.StatusBadRequest || !strings.Contains(string(data), "network.default") {
+		t.Errorf("the internet by update on a sealed server: %d %s", code, data)
+	}
+	if code, data := a.call("PUT", "/sandboxes/"+c.SandboxID+"/network", `{}`); code != http.StatusNoContent || att.Policy().Mode != policy.NetFiltered || len(att.Policy().AllowOut) != 0 {
+		t.Errorf("update to nothing on a sealed server: %d %s, %+v, want closed", code, data, att.Policy())
 	}
 }

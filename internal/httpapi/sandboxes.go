@@ -110,7 +110,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if nb != nil {
 		allowOut, denyOut = nb.AllowOut, nb.DenyOut
 	}
-	netPol, err := egress(b.AllowInternetAccess, allowOut, denyOut)
+	netPol, err := egress(s.netDefault, true, b.AllowInternetAccess, allowOut, denyOut)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

@@ -78,7 +78,8 @@ func cname(name, target string) dns.RR {
 // resolverFor is a resolver of one sandbox under pol, asking upstream.
 func resolverFor(t *testing.T, pol policy.Network, upstream ...string) (*resolver, *Attachment) {
 	t.Helper()
-	at := &Attachment{log: slog.New(slog.DiscardHandler)}
+	at := &Attachment{}
+	at.log.Store(slog.New(slog.DiscardHandler))
 	at.filter.special = testHost().special
 	at.pol.Store(compile(pol))
 	r := newResolver(at, upstream, DefaultDNSRate)

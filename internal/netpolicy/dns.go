@@ -119,7 +119,7 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	}
 	// Before anything is sent: the name itself is what would go out.
 	if ok, why := r.a.filter.nameReachable(pol, name); !ok {
-		r.a.log.Info("dns refused", "name", name, "why", why)
+		r.a.logger().Info("dns refused", "name", name, "why", why)
 		return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, why)
 	}
 	if qt == dns.TypeAAAA {
@@ -130,7 +130,7 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	}
 	up, err := r.exchange(name, qt)
 	if err != nil {
-		r.a.log.Warn("dns upstream", "name", name, "err", err)
+		r.a.logger().Warn("dns upstream", "name", name, "err", err)
 		return fail(dns.RcodeServerFailure, dns.ExtendedErrorCodeNetworkError, "no upstream server answered")
 	}
 	resp.Rcode = up.Rcode
@@ -144,7 +144,7 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		// (a cluster's DNS chases a CNAME into cluster.local and answers
 		// the service's records): nothing found there goes to the sandbox.
 		if owner := strings.ToLower(strings.TrimSuffix(rr.Header().Name, ".")); r.a.filter.isLocal(owner) {
-			r.a.log.Info("dns refused", "name", name, "alias", owner)
+			r.a.logger().Info("dns refused", "name", name, "alias", owner)
 			resp.Answer = nil
 			return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias into the host's own network")
 		}
@@ -167,12 +167,12 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 			// A name that denyOut refuses is refused behind an alias too.
 			target := strings.ToLower(strings.TrimSuffix(rr.Target, "."))
 			if r.a.filter.isLocal(target) {
-				r.a.log.Info("dns refused", "name", name, "alias", target)
+				r.a.logger().Info("dns refused", "name", name, "alias", target)
 				resp.Answer = nil
 				return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias into the host's own network")
 			}
 			if !allowedByName(pol, target) && deniedByName(pol, target) {
-				r.a.log.Info("dns refused", "name", name, "alias", target)
+				r.a.logger().Info("dns refused", "name", name, "alias", target)
 				resp.Answer = nil
 				return fail(dns.RcodeNameError, dns.ExtendedErrorCodeBlocked, "an alias of a name the sandbox's network policy refuses")
 			}
@@ -180,7 +180,7 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		resp.Answer = append(resp.Answer, rr)
 	}
 	if filtered && qt == dns.TypeA && !hasA(resp.Answer) {
-		r.a.log.Info("dns answer refused", "name", name, "why", "private or reserved addresses")
+		r.a.logger().Info("dns answer refused", "name", name, "why", "private or reserved addresses")
 		resp.Answer = nil
 		return fail(dns.RcodeRefused, dns.ExtendedErrorCodeFiltered, "the name points to private or reserved addresses")
 	}

@@ -78,7 +78,8 @@ func (u *upstream) saw(s string) []string {
 // query's type; and the names it can reach do (the upstream's log works).
 func TestDNSTunnellingEveryShape(t *testing.T) {
 	up := newUpstream(t)
-	a := &Attachment{log: slog.New(slog.DiscardHandler)}
+	a := &Attachment{}
+	a.log.Store(slog.New(slog.DiscardHandler))
 	a.filter.special = testHost().special
 	r := newResolver(a, []string{up.addr}, DefaultDNSRate)
 	// Refusals here must be the policy's, not the rate limit's.
@@ -98,7 +99,8 @@ func TestDNSTunnellingEveryShape(t *testing.T) {
 		{"the internet", shape(true, nil, nil), true},
 		{"allowOut names", shape(false, []string{"allowed.test", "*.cdn.test"}, nil), false},
 		{"allowOut an address", shape(false, []string{"198.51.100.0/24"}, nil), false},
-		{"allowOut 0.0.0.0/0 without the internet", shape(false, []string{"0.0.0.0/0"}, nil), false},
+		// E2B's ALL_TRAFFIC in allowOut: every public address, so any name.
+		{"allowOut 0.0.0.0/0 without the internet", shape(false, []string{"0.0.0.0/0"}, nil), true},
 		{"E2B's recipe: the internet, denyOut 0.0.0.0/0, allowOut names", shape(true, []string{"allowed.test", "*.cdn.test"}, []string{"0.0.0.0/0"}), false},
 		{"the internet, denyOut its two halves, allowOut an address", shape(true, []string{"198.51.100.7"}, []string{"0.0.0.0/1", "128.0.0.0/1"}), false},
 		{"the internet, denyOut names only", shape(true, nil, []string{"*.tunnel.test", "denied.test"}), false},
@@ -201,7 +203,8 @@ func TestLocalZonesNeverAsked(t *testing.T) {
 		t.Error("a zone that is no name was accepted")
 	}
 	up := newUpstream(t)
-	a := &Attachment{log: slog.New(slog.DiscardHandler)}
+	a := &Attachment{}
+	a.log.Store(slog.New(slog.DiscardHandler))
 	a.filter.special, a.filter.local = testHost().special, append(search, own...)
 	r := newResolver(a, []string{up.addr}, DefaultDNSRate)
 	r.limit = rate.NewLimiter(rate.Inf, 0)
@@ -241,5 +244,28 @@ func TestLocalZonesNeverAsked(t *testing.T) {
 	defer up.mu.Unlock()
 	if !slices.Equal(up.asked, []string{"kubernetes.example", "kubernetes.example", "alias-into-cluster.example"}) {
 		t.Errorf("the upstream was asked %v, want only the public name", up.asked)
+	}
+}
+
+// A pool's network is made before the sandbox it becomes has an id: once
+// named, its refusals are logged under the sandbox's id, not the pool's.
+func TestNamedRefusals(t *testing.T) {
+	var out strings.Builder
+	h := testHost()
+	h.log = slog.New(slog.NewTextHandler(&out, nil))
+	a := &Attachment{host: h}
+	a.Name("pool-base")
+	a.filter.special = h.special
+	a.pol.Store(compile(policy.Network{Mode: policy.NetFiltered}))
+	r := newResolver(a, nil, DefaultDNSRate)
+	r.limit = rate.NewLimiter(rate.Inf, 0)
+	a.Name("sbx-claimed")
+	q := new(dns.Msg)
+	q.SetQuestion("denied.test.", dns.TypeA)
+	if m := r.answer(q); m.Rcode != dns.RcodeNameError {
+		t.Fatalf("a closed network resolved a name: %v", m)
+	}
+	if !strings.Contains(out.String(), "dns refused") || !strings.Contains(out.String(), "sandbox=sbx-claimed") || strings.Contains(out.String(), "pool-base") {
+		t.Errorf("the refusal's log line does not name the sandbox it is for:\n%s", out.String())
 	}
 }

@@ -54,13 +54,16 @@ func compile(pol policy.Network) *compiled {
 
 // checkAddr decides a connection to dst:port whose name, for HTTP and
 // TLS ports, is name ("" when unknown). The order is the policy's:
-// an address rule in AllowOut wins over everything; reserved addresses
-// are closed otherwise; a name allowed by AllowOut is trusted only at the
+// an address rule in AllowOut that names its destination wins over
+// everything; reserved addresses and DNS servers are closed otherwise;
+// then AllowOut's wider address rules; a name allowed by AllowOut is trusted only at the
 // addresses the resolver gave this sandbox for it; then DenyOut; then the
 // mode.
 func (f *filter) check(pol *compiled, dst netip.Addr, port uint16, name string) verdict {
+	// A rule that names its destination (an address, a prefix inside a
+	// reserved range) wins over everything.
 	for _, r := range pol.AllowOut {
-		if r.MatchAddr(dst) {
+		if r.NamesReserved() && r.MatchAddr(dst) {
 			return verdict{true, "allowOut " + r.String()}
 		}
 	}
@@ -70,6 +73,14 @@ func (f *filter) check(pol *compiled, dst netip.Addr, port uint16, name string) 
 	for _, p := range dnsPorts {
 		if port == p {
 			return verdict{false, "DNS goes through the sandbox's resolver"}
+		}
+	}
+	// A wider one (E2B's ALL_TRAFFIC, a public prefix) opens the public
+	// addresses it covers, DNS servers elsewhere not included: they would
+	// answer names the policy refuses.
+	for _, r := range pol.AllowOut {
+		if r.MatchAddr(dst) {
+			return verdict{true, "allowOut " + r.String()}
 		}
 	}
 	if name != "" {
@@ -198,11 +209,19 @@ func (f *filter) publicReverse(name string) bool {
 // of a name: never a reserved one, unless an address rule allows it.
 func (f *filter) answerAllowed(pol *compiled, a netip.Addr) bool {
 	for _, r := range pol.AllowOut {
-		if r.MatchAddr(a) {
+		if f.opensAddr(r, a) {
 			return true
 		}
 	}
 	return !f.special(a)
+}
+
+// opensAddr reports whether allowOut rule r opens address a: a closed
+// address (reserved, the host's, another sandbox's) only if r names it
+// (policy.Rule.NamesReserved), so that E2B's ALL_TRAFFIC, or any prefix
+// wider than what it means to open, never opens the host or metadata.
+func (f *filter) opensAddr(r policy.Rule, a netip.Addr) bool {
+	return r.MatchAddr(a) && (r.NamesReserved() || !f.special(a))
 }
 
 // pins remembers which addresses the resolver gave the sandbox for which

@@ -38,6 +38,11 @@ func TestFilterCheck(t *testing.T) {
 	filtered := compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "198.51.100.0/24", "10.1.0.0/16")})
 	internet := compile(policy.Network{Mode: policy.NetInternet, DenyOut: rules(t, "203.0.113.20", "denied.test")})
 	closed := compile(policy.Network{Mode: policy.NetFiltered})
+	// E2B's ALL_TRAFFIC in allowOut, over a denyOut of it too: the
+	// internet, never the host, private ranges or metadata.
+	allTraffic := compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "0.0.0.0/0"), DenyOut: rules(t, "0.0.0.0/0")})
+	// A public prefix that holds the host's address opens the others.
+	hostNet := compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "203.0.113.0/24")})
 	// E2B's allowlist recipe.
 	recipe := compile(policy.Network{Mode: policy.NetInternet, DenyOut: rules(t, "0.0.0.0/0"), AllowOut: rules(t, "allowed.test")})
 	for _, tc := range []struct {
@@ -74,6 +79,16 @@ func TestFilterCheck(t *testing.T) {
 		{"internet, DNS elsewhere", internet, "203.0.113.53", 53, "", false},
 		{"internet, DNS over TLS elsewhere", internet, "203.0.113.53", 853, "", false},
 		{"closed", closed, "203.0.113.10", 443, "allowed.test", false},
+		{"ALL_TRAFFIC, a public address", allTraffic, "203.0.113.30", 7000, "", true},
+		{"ALL_TRAFFIC, a name", allTraffic, "203.0.113.30", 443, "other.test", true},
+		{"ALL_TRAFFIC, host address", allTraffic, "203.0.113.2", 22, "", false},
+		{"ALL_TRAFFIC, sandbox subnet", allTraffic, "10.250.0.2", 8000, "", false},
+		{"ALL_TRAFFIC, loopback", allTraffic, "127.0.0.1", 80, "", false},
+		{"ALL_TRAFFIC, metadata", allTraffic, "169.254.169.254", 80, "", false},
+		{"ALL_TRAFFIC, private", allTraffic, "10.99.0.5", 80, "", false},
+		{"ALL_TRAFFIC, DNS elsewhere", allTraffic, "203.0.113.53", 53, "", false},
+		{"a public prefix, its host address", hostNet, "203.0.113.2", 22, "", false},
+		{"a public prefix, another address", hostNet, "203.0.113.30", 7000, "", true},
 		{"recipe, allowed name at its address", recipe, "203.0.113.10", 443, "allowed.test", true},
 		{"recipe, another address", recipe, "203.0.113.30", 443, "other.test", false},
 		{"recipe, an address without a name", recipe, "203.0.113.30", 7000, "", false},
@@ -183,7 +198,8 @@ func TestResolverAnswer(t *testing.T) {
 	go srv.ActivateAndServe()
 	defer srv.Shutdown()
 
-	a := &Attachment{log: slog.New(slog.DiscardHandler)}
+	a := &Attachment{}
+	a.log.Store(slog.New(slog.DiscardHandler))
 	a.filter.special = testHost().special
 	a.pol.Store(compile(policy.Network{Mode: policy.NetFiltered, AllowOut: rules(t, "allowed.test", "rebind.test", "mixed.test")}))
 	r := newResolver(a, []string{up.LocalAddr().String()}, DefaultDNSRate)

@@ -206,16 +206,19 @@ func (h *Host) ownAddrs() []netip.Addr {
 	if err != nil {
 		return h.addrs // the last known; reserved ranges still hold
 	}
-	h.addrs = h.addrs[:0]
+	// A new slice, never the old one refilled: callers range over the
+	// one returned before without the lock, and one rewritten under them
+	// could miss a host address (and let a connection to it through).
+	addrs := make([]netip.Addr, 0, len(ifaddrs))
 	for _, ia := range ifaddrs {
 		if n, ok := ia.(*net.IPNet); ok {
 			if a, ok := netip.AddrFromSlice(n.IP); ok {
-				h.addrs = append(h.addrs, a.Unmap())
+				addrs = append(addrs, a.Unmap())
 			}
 		}
 	}
-	h.addrsAt = time.Now()
-	return h.addrs
+	h.addrs, h.addrsAt = addrs, time.Now()
+	return addrs
 }
 
 // Attachment is one sandbox's network: its namespace, veth pair, table,
@@ -231,7 +234,9 @@ type Attachment struct {
 	filter filter
 	proxy  *proxy
 	dns    *resolver
-	log    *slog.Logger
+	// log names the sandbox; Name replaces it while the proxy and the
+	// resolver run.
+	log atomic.Pointer[slog.Logger]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -252,7 +257,8 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	if err := h.ensureTable(); err != nil {
 		return nil, err
 	}
-	a = &Attachment{host: h, log: h.log.With("sandbox", id)}
+	a = &Attachment{host: h}
+	a.Name(id)
 	a.filter.special, a.filter.local = h.special, h.local
 	a.pol.Store(compile(pol))
 	if a.slot, a.lock, err = claimSlot(h.slots()); err != nil {
@@ -307,7 +313,7 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 		return a, err
 	}
 	a.ports = p
-	a.log.Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
+	a.logger().Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
 	return a, nil
 }
 
@@ -329,6 +335,13 @@ func (h *Host) ensureTable() error {
 // Namespace is the sandbox's network namespace.
 func (a *Attachment) Namespace() *os.File { return a.ns }
 
+// Name names the sandbox the network is for in its log lines from now
+// on: a pool's network is made before the sandbox it becomes has its id,
+// and a refusal logged under the pool's name could not be traced to it.
+func (a *Attachment) Name(id string) { a.log.Store(a.host.log.With("sandbox", id)) }
+
+func (a *Attachment) logger() *slog.Logger { return a.log.Load() }
+
 // Address is the sandbox's address on its interface.
 func (a *Attachment) Address() netip.Addr { return a.link.sandboxIP }
 
@@ -349,7 +362,7 @@ func (a *Attachment) Update(pol policy.Network) error {
 	}
 	a.pol.Store(compile(pol))
 	a.proxy.recheck()
-	a.log.Info("network policy updated", "mode", string(pol.Mode), "allow", len(pol.AllowOut), "deny", len(pol.DenyOut))
+	a.logger().Info("network policy updated", "mode", string(pol.Mode), "allow", len(pol.AllowOut), "deny", len(pol.DenyOut))
 	return nil
 }
 

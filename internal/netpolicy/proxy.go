@@ -88,7 +88,7 @@ func (p *proxy) serve() {
 		select {
 		case p.slots <- struct{}{}:
 		default:
-			p.a.log.Info("connection refused", "why", "too many connections open")
+			p.a.logger().Info("connection refused", "why", "too many connections open")
 			reset(c)
 			continue
 		}
@@ -171,7 +171,7 @@ func (p *proxy) recheck() {
 			continue // not decided yet: setOut checks the new policy
 		}
 		if v := p.a.filter.check(pol, r.dst.Addr(), r.dst.Port(), r.name); !v.allow {
-			p.a.log.Info("connection cut", "dst", r.dst, "name", r.name, "why", v.reason)
+			p.a.logger().Info("connection cut", "dst", r.dst, "name", r.name, "why", v.reason)
 			reset(r.in)
 			if r.out != nil {
 				r.out.Close()
@@ -183,7 +183,7 @@ func (p *proxy) recheck() {
 func (p *proxy) handle(r *relay) {
 	dst, err := originalDst(r.in)
 	if err != nil {
-		p.a.log.Warn("connection without a destination", "err", err)
+		p.a.logger().Warn("connection without a destination", "err", err)
 		reset(r.in)
 		return
 	}
@@ -223,7 +223,7 @@ func (p *proxy) handle(r *relay) {
 	out, err := p.dialer.DialContext(ctx, "tcp4", dst.String())
 	cancel()
 	if err != nil {
-		p.a.log.Info("connection failed", "dst", dst, "name", r.name, "err", err)
+		p.a.logger().Info("connection failed", "dst", dst, "name", r.name, "err", err)
 		reset(r.in)
 		return
 	}
@@ -300,7 +300,7 @@ func (p *proxy) serveHTTP(r *relay) {
 		closed := p.closed
 		p.mu.Unlock()
 		if !v.allow || closed {
-			p.a.log.Info("request refused", "dst", r.dst, "name", name, "why", v.reason)
+			p.a.logger().Info("request refused", "dst", r.dst, "name", name, "why", v.reason)
 			w.Header().Set("Connection", "close")
 			http.Error(w, "refused by the sandbox's network policy: "+v.reason, http.StatusForbidden)
 			return
@@ -344,7 +344,7 @@ func (l *oneConnListener) Close() error {
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 
 func (p *proxy) refuse(in net.Conn, dst netip.AddrPort, name, why string) {
-	p.a.log.Info("connection refused", "dst", dst, "name", name, "why", why)
+	p.a.logger().Info("connection refused", "dst", dst, "name", name, "why", why)
 	reset(in)
 }
 

@@ -44,7 +44,8 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 // dialed: the tests hand it connections.
 func lab(t *testing.T, pol policy.Network) *Attachment {
 	t.Helper()
-	at := &Attachment{log: slog.New(slog.DiscardHandler)}
+	at := &Attachment{}
+	at.log.Store(slog.New(slog.DiscardHandler))
 	host := testHost()
 	at.filter.special = func(a netip.Addr) bool { return !a.IsLoopback() && host.special(a) }
 	at.pol.Store(compile(pol))

@@ -115,6 +115,31 @@ func (r Rule) MatchAddr(a netip.Addr) bool {
 	return r.Name == "" && r.Prefix.IsValid() && r.Prefix.Contains(a.Unmap())
 }
 
+// AllTraffic is E2B's ALL_TRAFFIC, the rule for every destination.
+var AllTraffic = netip.MustParsePrefix("0.0.0.0/0")
+
+// NamesReserved reports whether address rule r may open the closed
+// destinations it covers (reserved ranges, the host's addresses, other
+// sandboxes): only a rule that names them does, a single address or a
+// prefix wholly inside one reserved range. A wider one, such as
+// AllTraffic or a prefix of public addresses that happens to hold the
+// host's, is a rule about the internet: E2B's `allowOut: [ALL_TRAFFIC]`
+// asks for the internet, never for the host or cloud metadata.
+func (r Rule) NamesReserved() bool {
+	if r.Name != "" || !r.Prefix.IsValid() {
+		return false
+	}
+	if r.Prefix.IsSingleIP() {
+		return true
+	}
+	for _, p := range Reserved {
+		if p.Bits() <= r.Prefix.Bits() && p.Contains(r.Prefix.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
 // MatchName reports whether name (lower case, no final dot) is r's name
 // or, for a "*." rule, below it.
 func (r Rule) MatchName(name string) bool {
@@ -177,13 +202,20 @@ func (n *Network) Validate() error {
 
 // OpenInternet reports whether n lets the sandbox reach internet
 // addresses that no rule names: the internet mode, with denyOut's address
-// rules leaving some public IPv4 address open. Only then may a name that
+// rules leaving some public IPv4 address open, or AllTraffic in allowOut. Only then may a name that
 // no allowOut rule names lead somewhere the sandbox can reach, so only
 // then may such a name be looked up for it (E2B's allowlist recipe,
 // allowInternetAccess with denyOut 0.0.0.0/0 and allowOut names, opens
 // names, not the internet). An allowOut address rule opens its addresses
 // and no name.
 func (n *Network) OpenInternet() bool {
+	// AllowOut's AllTraffic opens every public address whatever the mode
+	// and DenyOut say (allowOut wins, as in E2B): the internet.
+	for _, r := range n.AllowOut {
+		if r.Name == "" && r.Prefix == AllTraffic {
+			return true
+		}
+	}
 	if n.Mode != NetInternet {
 		return false
 	}

@@ -185,11 +185,42 @@ func TestOpenInternet(t *testing.T) {
 			"11.255.255.192/27", "11.255.255.224/28", "11.255.255.240/29", "11.255.255.248/30", "11.255.255.252/31",
 			"11.255.255.254")...)}, true},
 		{"allowOut names", Network{Mode: NetFiltered, AllowOut: rules("allowed.test")}, false},
-		{"allowOut 0.0.0.0/0 without the internet", Network{Mode: NetFiltered, AllowOut: rules("0.0.0.0/0")}, false},
+		// E2B's ALL_TRAFFIC in allowOut is every destination: allowOut
+		// wins, whatever the mode and denyOut.
+		{"allowOut 0.0.0.0/0 without the internet", Network{Mode: NetFiltered, AllowOut: rules("0.0.0.0/0")}, true},
+		{"allowOut 0.0.0.0/0 over denyOut 0.0.0.0/0", Network{Mode: NetInternet, AllowOut: rules("0.0.0.0/0"), DenyOut: rules("0.0.0.0/0")}, true},
+		{"allowOut half the internet", Network{Mode: NetFiltered, AllowOut: rules("0.0.0.0/1")}, false},
 		{"no network", Network{}, false},
 	} {
 		if got := tc.n.OpenInternet(); got != tc.want {
 			t.Errorf("%s: OpenInternet() = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+}
+
+func TestNamesReserved(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		want bool
+	}{
+		{"10.1.0.0/16", true},     // inside 10.0.0.0/8
+		{"10.0.0.0/8", true},      // the range itself
+		{"169.254.169.254", true}, // a single address, whatever it is
+		{"203.0.113.2", true},     // a single public address (a host's own, say)
+		{"0.0.0.0/0", false},      // ALL_TRAFFIC: the internet
+		{"0.0.0.0/1", false},
+		{"8.0.0.0/7", false},      // public, and covers nothing reserved
+		{"10.0.0.0/7", false},     // 10/8 and 11/8: wider than the range
+		{"203.0.113.0/24", false}, // public: the host's address in it stays closed
+		{"allowed.test", false},   // names never open reserved addresses
+		{"*.allowed.test", false},
+	} {
+		r, err := ParseRule(tc.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.NamesReserved(); got != tc.want {
+			t.Errorf("%s: NamesReserved() = %v, want %v", tc.rule, got, tc.want)
 		}
 	}
 }

@@ -28,8 +28,10 @@ type CreateRequest struct {
 	// AutoPauseFiles: that pause keeps only its files (savedfiles.go).
 	AutoPauseFiles bool
 	// Network is what the sandbox may reach; the zero value: loopback
-	// only. A sandbox with a network is started for the request, not
-	// taken from the pool.
+	// only. A closed one (no rule, not the internet) is dropped where the
+	// sandbox cannot have a network yet (the template of a snapshot, a
+	// pause that keeps only files): it then has loopback only, and its
+	// network cannot change.
 	Network policy.Network
 	Ingress Ingress
 }
@@ -137,9 +139,8 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		return nil, err
 	}
 	id := newSandboxID(m.cfg.IDPrefix)
-	// The pool holds sandboxes of the template's own backend and limits,
-	// without a network.
-	poolable := be == m.backendOf(tmpl) && !custom && pol.Network.Mode == policy.NetNone
+	// The pool holds sandboxes of the template's own backend and limits.
+	poolable := be == m.backendOf(tmpl) && !custom
 	inst, netAtt, pooled, err := m.box(ctx, be, tmpl, pol, id, p, poolable)
 	if err != nil {
 		return nil, err
@@ -175,6 +176,9 @@ func (m *Manager) requestPolicy(req CreateRequest, tmpl *Template) (policy.Polic
 		return pol, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	pol.Network = req.Network
+	if closed(pol.Network) && (tmpl.Snapshot != "" || req.AutoPauseFiles) {
+		pol.Network = policy.Network{}
+	}
 	networked := pol.Network.Mode != policy.NetNone
 	if req.AutoPauseFiles {
 		if err := m.filesPausable(req.TemplateID, networked); err != nil {
@@ -185,6 +189,11 @@ func (m *Manager) requestPolicy(req CreateRequest, tmpl *Template) (policy.Polic
 		return pol, false, fmt.Errorf("%w: a sandbox from a snapshot cannot have a network yet: create it without allowInternetAccess and network", ErrInvalid)
 	}
 	return pol, custom, nil
+}
+
+// closed reports whether n is an interface that reaches nothing.
+func closed(n policy.Network) bool {
+	return n.Mode == policy.NetFiltered && len(n.AllowOut) == 0
 }
 
 // reserve counts a create as starting, against the limit, until done.
@@ -231,19 +240,32 @@ func (m *Manager) requestBackend(req CreateRequest, tmpl *Template) (Backend, er
 }
 
 // box is a ready box on be for sandbox id of tmpl, under pol: a poolable
-// one is claimed from pool p, or else cloned from the template's warm
-// snapshot; any other, or if neither has one, is started now, in a
-// network of its own if pol has one.
+// one is claimed from pool p (one with a network gets its policy then),
+// or else, without a network, cloned from the template's warm snapshot;
+// any other, or if neither has one, is started now, in a network of its
+// own if pol has one.
 func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol policy.Policy, id string, p *pool, poolable bool) (inst Instance, netAtt NetAttachment, pooled bool, err error) {
+	kind := kindOf(pol.Network)
 	if p != nil && poolable {
-		if inst, pooled = p.claim(); inst != nil {
-			return inst, nil, true, nil
+		if inst, pooled = p.claim(kind); inst != nil {
+			if kind == plainKind {
+				return inst, nil, true, nil
+			}
+			// Nothing of the request has run in it yet: its network,
+			// closed until now, becomes the request's.
+			att := inst.(netInstance).net
+			att.Name(id)
+			if err := att.Update(pol.Network); err != nil {
+				m.discard(inst)
+				return nil, nil, false, fmt.Errorf("%w: %v", ErrInvalid, err)
+			}
+			return inst, att, true, nil
 		}
 	}
 	if err := m.hostRoom(); err != nil {
 		return nil, nil, false, err
 	}
-	if poolable {
+	if poolable && kind == plainKind {
 		if inst = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), pol); inst != nil {
 			return inst, nil, false, nil
 		}

@@ -76,6 +76,11 @@ type Config struct {
 	// Network makes the networks of sandboxes that ask for one; nil:
 	// such requests are refused.
 	Network Network
+	// NetworkedPools: pools keep sandboxes in networks of their own,
+	// closed until claimed (pool.go's netKind), for the E2B API whose
+	// creates have a network by default; sandboxes without one are kept
+	// too once one was asked for.
+	NetworkedPools bool
 	// Source finds the templates Templates does not name (the image
 	// store's); nil: only those.
 	Source TemplateSource

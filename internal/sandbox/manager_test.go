@@ -195,7 +195,7 @@ func TestPoolMemoryBudget(t *testing.T) {
 	const each, budget = 40 << 20, 100 << 20
 	m, _ := newManager(t, Config{PoolMemoryBudget: budget}, 5, func(b *fake.Backend) { b.SetMemory(each) })
 	p := m.pools["base"]
-	waitFor(t, m, "the pool wants no more", func() bool { return pooled(m) > 0 && !p.wanted() })
+	waitFor(t, m, "the pool wants no more", func() bool { _, more := p.wanted(); return pooled(m) > 0 && !more })
 	if got := pooled(m); got != 2 {
 		t.Errorf("pool holds %d, want 2 (%dM each in a %dM budget)", got, each>>20, budget>>20)
 	}

@@ -24,6 +24,9 @@ type NetAttachment interface {
 	Policy() policy.Network
 	// Update replaces the policy; connections it no longer allows end.
 	Update(policy.Network) error
+	// Name names the sandbox it is for in its log lines (a pooled
+	// sandbox's network is made before its claim gives it an id).
+	Name(id string)
 	// Close removes the network; the sandbox must be gone.
 	Close() error
 }
@@ -82,14 +85,17 @@ func (m *Manager) startNetworked(ctx context.Context, b Backend, id string, p po
 
 // UpdateNetwork replaces the network policy of sandbox id. A sandbox made
 // without a network cannot get one: its isolation was built without an
-// interface.
+// interface (gVisor's netstack takes the interfaces it finds at start).
+// Through the E2B API every sandbox has one where the server gives
+// networks, a sealed one's closed; not MCP's, nor on a sealed server,
+// nor one that cannot have a network yet.
 func (m *Manager) UpdateNetwork(id string, pol policy.Network) error {
 	sb, err := m.Get(id)
 	if err != nil {
 		return err
 	}
 	if sb.net == nil {
-		return fmt.Errorf("%w: sandbox %s was created without a network; create it with allowInternetAccess or network.allowOut (even empty) to change its network later", ErrConflict, id)
+		return fmt.Errorf("%w: sandbox %s has no network interface, so its network cannot change: it was created without one (by MCP, on a server without networks or sealed by network.default \"none\", from a snapshot, or with a pause that keeps only its files)", ErrConflict, id)
 	}
 	if pol.Mode == policy.NetNone {
 		pol.Mode = policy.NetFiltered // its interface stays, closed to everything

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -18,7 +19,8 @@ import (
 type fakeNetwork struct {
 	mu       sync.Mutex
 	err      error
-	attached map[string]*fakeAttachment // by sandbox id
+	attached map[string]*fakeAttachment // by sandbox id (pooled ones: "pool-<template>")
+	all      []*fakeAttachment
 }
 
 func (n *fakeNetwork) Attach(_ context.Context, id string, pol policy.Network) (NetAttachment, error) {
@@ -36,6 +38,7 @@ func (n *fakeNetwork) Attach(_ context.Context, id string, pol policy.Network) (
 		n.attached = map[string]*fakeAttachment{}
 	}
 	n.attached[id] = a
+	n.all = append(n.all, a)
 	return a, nil
 }
 
@@ -51,6 +54,13 @@ type fakeAttachment struct {
 	pol       policy.Network
 	updateErr error
 	closed    bool
+	name      string // the sandbox it was last named for
+}
+
+func (a *fakeAttachment) Name(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.name = id
 }
 
 func (a *fakeAttachment) Namespace() *os.File { return a.ns }
@@ -185,4 +195,114 @@ func TestNetworkRefusals(t *testing.T) {
 		}
 	}
 	n.mu.Unlock()
+}
+
+// With NetworkedPools (the E2B API's default, the internet), pools keep
+// sandboxes in networks closed to everything, and a create with a network
+// claims one, whose policy becomes the request's: as fast as a claim
+// without one. A create without a network makes the pool keep those too.
+func TestNetworkedPool(t *testing.T) {
+	n := &fakeNetwork{}
+	m, b := newManager(t, Config{Network: n, NetworkedPools: true}, 1)
+	waitFor(t, m, "the pool is full", func() bool { return pooled(m) == 1 })
+	if got := len(b.Instances()); got != 1 {
+		t.Fatalf("%d boxes started, want one, in a network", got)
+	}
+	waiting := n.get("pool-base")
+	if waiting == nil || !closed(waiting.Policy()) {
+		t.Fatalf("the pooled sandbox's network: %+v, want one closed to everything", waiting)
+	}
+	if b.Instances()[0].NetNS() != waiting.ns {
+		t.Fatal("the pooled sandbox runs outside its network")
+	}
+	starts := b.Starts()
+	sb := create(t, m, CreateRequest{Network: internet})
+	if instance(sb) != b.Instances()[0] {
+		t.Error("a create with a network did not claim the pooled sandbox")
+	}
+	if pol, ok := sb.Network(); !ok || pol.Mode != policy.NetInternet || waiting.Policy().Mode != policy.NetInternet {
+		t.Errorf("claimed: Network() = %+v, %v; its attachment's %+v; want the internet", pol, ok, waiting.Policy())
+	}
+	// Its network's log lines (refusals) name the sandbox, not the pool.
+	waiting.mu.Lock()
+	name := waiting.name
+	waiting.mu.Unlock()
+	if name != sb.ID {
+		t.Errorf("the claimed network is named %q, want the sandbox's id %q", name, sb.ID)
+	}
+	// Sealed (E2B's allowInternetAccess false): from the pool too, and
+	// updateNetwork opens it and closes it again.
+	waitFor(t, m, "the pool is refilled", func() bool { return pooled(m) == 1 })
+	sealed := create(t, m, CreateRequest{Network: policy.Network{Mode: policy.NetFiltered}})
+	if b.Starts() != starts+1 {
+		t.Errorf("%d boxes started for two claims, want only the refill", b.Starts()-starts)
+	}
+	for _, pol := range []policy.Network{internet, {Mode: policy.NetFiltered}} {
+		if err := m.UpdateNetwork(sealed.ID, pol); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := sealed.Network(); got.Mode != pol.Mode {
+			t.Errorf("after updateNetwork to %q: %q", pol.Mode, got.Mode)
+		}
+	}
+	// A create without a network is started for it; from then on the
+	// pool keeps one of those too.
+	plain := create(t, m, CreateRequest{})
+	if _, ok := plain.Network(); ok || instance(plain).NetNS() != nil {
+		t.Error("a create without a network got one")
+	}
+	waitFor(t, m, "the pool keeps both kinds", func() bool {
+		p := m.pools["base"]
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.ready[plainKind]) == 1 && len(p.ready[netKind]) == 1
+	})
+	again := create(t, m, CreateRequest{})
+	if instance(again).NetNS() != nil || again.net != nil {
+		t.Error("a create without a network claimed one with")
+	}
+	// A policy the network refuses at claim: the claimed sandbox goes,
+	// and the create fails.
+	waitFor(t, m, "the pool is refilled", func() bool { return pooled(m) == 2 })
+	n.mu.Lock()
+	next := n.all[len(n.all)-1]
+	n.mu.Unlock()
+	next.mu.Lock()
+	next.updateErr = errors.New("bad rule")
+	next.mu.Unlock()
+	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base", Network: internet}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a claim whose policy is refused: %v, want ErrInvalid", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !next.isClosed(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused sandbox's network outlived it")
+		}
+	}
+	for _, s := range []*Sandbox{sb, sealed, plain, again} {
+		if err := m.Kill(s.ID); err != nil {
+			t.Fatal(err)
+		}
+		<-s.Done()
+	}
+	if !waiting.isClosed() {
+		t.Error("a claimed sandbox's network outlived it")
+	}
+}
+
+// A closed network is dropped where a sandbox cannot have one yet, rather
+// than the create refused: E2B's allowInternetAccess false with a pause
+// that keeps only files.
+func TestClosedNetworkDropped(t *testing.T) {
+	n := &fakeNetwork{}
+	m, _ := newManager(t, Config{Network: n, NetworkedPools: true, StateDir: t.TempDir()}, 0)
+	sb := create(t, m, CreateRequest{Network: policy.Network{Mode: policy.NetFiltered}, AutoPause: true, AutoPauseFiles: true})
+	if _, ok := sb.Network(); ok {
+		t.Error("a sandbox whose pause keeps only files has a network")
+	}
+	if err := m.UpdateNetwork(sb.ID, internet); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "no network interface") {
+		t.Errorf("updateNetwork of a sandbox without an interface: %v, want ErrConflict", err)
+	}
+	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base", Network: internet, AutoPause: true, AutoPauseFiles: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("the internet with a pause that keeps only files: %v, want ErrInvalid", err)
+	}
 }

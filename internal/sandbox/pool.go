@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // pool keeps ready sandboxes of one template, agent up and answering, so
@@ -24,20 +26,49 @@ type pool struct {
 	ctx     context.Context // ends when the pool is replaced or at Shutdown
 	cancel  context.CancelFunc
 
-	mu    sync.Mutex
-	ready []Instance
+	mu sync.Mutex
+	// ready are the sandboxes waiting, of each kind.
+	ready [kinds][]Instance
+	// plain: a create without a network came, so the pool keeps such
+	// sandboxes too (wants).
+	plain atomic.Bool
 	// starting is the sandbox the filler is starting, if any.
 	starting atomic.Bool
 }
 
-// claim takes a ready sandbox, or returns nil when the pool is empty.
-func (p *pool) claim() (Instance, bool) {
+// The kinds of sandboxes a pool keeps.
+const (
+	// plainKind: without a network, loopback only.
+	plainKind = iota
+	// netKind: in a network of its own whose policy is closed, opened as
+	// the create that claims it asks (a netInstance). Swapping a policy
+	// costs microseconds; making a network ~3 ms and, on a cold start,
+	// the whole start: without these, every create of the E2B API's
+	// default (the internet) would be started cold.
+	netKind
+	kinds
+)
+
+// kindOf is the kind of pooled sandbox a sandbox under pol is claimed as.
+func kindOf(pol policy.Network) int {
+	if pol.Mode == policy.NetNone {
+		return plainKind
+	}
+	return netKind
+}
+
+// claim takes a ready sandbox of kind k, or returns nil when the pool has
+// none.
+func (p *pool) claim(k int) (Instance, bool) {
+	if k == plainKind && !p.plain.Swap(true) {
+		p.m.changes.notify()
+	}
 	defer p.kick()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.ready) > 0 {
-		inst := p.ready[0]
-		p.ready = p.ready[1:]
+	for len(p.ready[k]) > 0 {
+		inst := p.ready[k][0]
+		p.ready[k] = p.ready[k][1:]
 		p.m.changes.notify()
 		select {
 		case <-inst.Done(): // died while waiting: discard it
@@ -47,6 +78,24 @@ func (p *pool) claim() (Instance, bool) {
 		}
 	}
 	return nil, false
+}
+
+// wants reports whether the pool keeps sandboxes of kind k: with a
+// network where the manager's pools are networked (the E2B API's
+// default) and the template can have one; without one where they are not,
+// or once a create without a network came (MCP's, a sealed server's).
+func (p *pool) wants(k int) bool {
+	if k == plainKind {
+		return !p.networked() || p.plain.Load()
+	}
+	return p.networked()
+}
+
+// networked reports whether the pool keeps sandboxes with a network: not
+// for a template of a snapshot (its clones cannot have one yet), nor for
+// one with a start command, which would run before the network is open.
+func (p *pool) networked() bool {
+	return p.m.cfg.NetworkedPools && p.m.cfg.Network != nil && p.tmpl.Snapshot == "" && p.tmpl.Ready == nil
 }
 
 func (p *pool) kick() {
@@ -81,16 +130,20 @@ func (p *pool) fill() {
 			return // its template changed or is gone: its filler drains it
 		}
 		p.trim()
-		for p.wanted() && p.ctx.Err() == nil {
+		for p.ctx.Err() == nil {
+			k, ok := p.wanted()
+			if !ok {
+				break
+			}
 			p.starting.Store(true)
-			inst, err := p.start()
+			inst, err := p.start(k)
 			p.starting.Store(false)
 			if err != nil {
 				p.m.log.Error("pool: start sandbox", "template", p.tmpl.Name, "err", err)
 				break // retry at the next tick, not in a tight loop
 			}
 			p.mu.Lock()
-			p.ready = append(p.ready, inst)
+			p.ready[k] = append(p.ready[k], inst)
 			p.mu.Unlock()
 			p.m.changes.notify()
 		}
@@ -104,10 +157,24 @@ func (p *pool) fill() {
 	}
 }
 
-// start starts a ready sandbox for the pool: a clone of its template's
-// warm snapshot, waiting for the first one to be made, or started and
-// readied.
-func (p *pool) start() (Instance, error) {
+// start starts a ready sandbox of kind k for the pool: a clone of its
+// template's warm snapshot, waiting for the first one to be made, or
+// started and readied; with a network, always started, in a network
+// closed to everything.
+func (p *pool) start(k int) (Instance, error) {
+	if k == netKind {
+		pol := p.tmpl.Policy
+		pol.Network = policy.Network{Mode: policy.NetFiltered}
+		inst, _, err := p.m.startNetworked(p.ctx, p.m.backendOf(&p.tmpl), "pool-"+p.tmpl.Name, pol)
+		if err != nil {
+			return nil, err
+		}
+		if err := prepare(p.ctx, &p.tmpl, inst); err != nil {
+			p.m.discard(inst)
+			return nil, fmt.Errorf("not ready: %w", err)
+		}
+		return inst, nil
+	}
 	w := p.m.warmSnapshot(&p.tmpl, true)
 	if w != nil {
 		select {
@@ -130,20 +197,28 @@ func (p *pool) start() (Instance, error) {
 	return inst, nil
 }
 
-// wanted reports whether the pool should get one more sandbox.
-func (p *pool) wanted() bool {
+// wanted reports whether the pool should get one more sandbox, and of
+// which kind: with a network first, where it keeps both.
+func (p *pool) wanted() (int, bool) {
+	size := p.size()
+	k := -1
 	p.mu.Lock()
-	n := len(p.ready)
+	for _, kind := range []int{netKind, plainKind} {
+		if p.wants(kind) && len(p.ready[kind]) < size {
+			k = kind
+			break
+		}
+	}
 	p.mu.Unlock()
-	if n >= p.size() || p.m.hostRoom() != nil {
-		return false
+	if k < 0 || p.m.hostRoom() != nil {
+		return 0, false
 	}
 	budget := p.m.cfg.PoolMemoryBudget
 	if budget <= 0 {
-		return true
+		return k, true
 	}
 	total, largest := p.m.pooledMemory(p)
-	return total+max(largest, idleEstimate) <= budget
+	return k, total+max(largest, idleEstimate) <= budget
 }
 
 // size is how many ready sandboxes the pool keeps: its template's
@@ -157,14 +232,21 @@ func (p *pool) size() int {
 	return p.tmpl.PoolSize
 }
 
-// trim kills the ready sandboxes beyond the pool's size, newest first.
+// trim kills the ready sandboxes beyond the pool's size, newest first,
+// and those of a kind it no longer keeps.
 func (p *pool) trim() {
 	n := p.size()
 	p.mu.Lock()
 	var surplus []Instance
-	if len(p.ready) > n {
-		surplus = slices.Clone(p.ready[n:])
-		p.ready = p.ready[:n]
+	for k := range p.ready {
+		keep := n
+		if !p.wants(k) {
+			keep = 0
+		}
+		if len(p.ready[k]) > keep {
+			surplus = append(surplus, p.ready[k][keep:]...)
+			p.ready[k] = p.ready[k][:keep]
+		}
 	}
 	p.mu.Unlock()
 	for _, inst := range surplus {
@@ -204,24 +286,26 @@ func (m *Manager) SetPoolSize(name string, size int) {
 func (p *pool) prune() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	alive := p.ready[:0]
-	for _, inst := range p.ready {
-		select {
-		case <-inst.Done():
-			p.m.discard(inst)
-			p.m.changes.notify()
-		default:
-			alive = append(alive, inst)
+	for k := range p.ready {
+		alive := p.ready[k][:0]
+		for _, inst := range p.ready[k] {
+			select {
+			case <-inst.Done():
+				p.m.discard(inst)
+				p.m.changes.notify()
+			default:
+				alive = append(alive, inst)
+			}
 		}
+		p.ready[k] = alive
 	}
-	p.ready = alive
 }
 
 // drain kills every ready sandbox and waits until they are gone.
 func (p *pool) drain() {
 	p.mu.Lock()
-	ready := p.ready
-	p.ready = nil
+	ready := slices.Concat(p.ready[:]...)
+	p.ready = [kinds][]Instance{}
 	p.mu.Unlock()
 	for _, inst := range ready {
 		if err := inst.Kill(context.Background()); err != nil {
@@ -257,7 +341,7 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolStatus, int64) {
 			st.Starting = 1
 		}
 		p.mu.Lock()
-		ready := slices.Clone(p.ready)
+		ready := slices.Concat(p.ready[:]...)
 		p.mu.Unlock()
 		st.Ready = len(ready)
 		for _, inst := range ready {
@@ -279,7 +363,7 @@ func (m *Manager) pooledMemory(q *pool) (total, largest int64) {
 	m.mu.Unlock()
 	for _, p := range pools {
 		p.mu.Lock()
-		for _, inst := range p.ready {
+		for _, inst := range slices.Concat(p.ready[:]...) {
 			used := int64(idleEstimate)
 			if u, err := inst.Usage(m.ctx); err == nil && u.Memory > 0 {
 				used = u.Memory

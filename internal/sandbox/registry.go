@@ -158,7 +158,7 @@ func (m *Manager) Counts() (running map[string]int, pooled map[string]int) {
 	m.mu.Unlock()
 	for name, p := range pools {
 		p.mu.Lock()
-		pooled[name] = len(p.ready)
+		pooled[name] = len(p.ready[plainKind]) + len(p.ready[netKind])
 		p.mu.Unlock()
 	}
 	return running, pooled

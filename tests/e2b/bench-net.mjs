@@ -44,7 +44,15 @@ const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-net-'))
 const cfg = join(dir, 'config.json')
 writeFileSync(cfg, JSON.stringify({ network: { dns: [process.env.AIRLOCK_LAB_DNS] }, templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
 writeFileSync(join(dir, 'client.py'), client)
+// A sandbox of the E2B API has a network unless its server is sealed
+// (network.default "none"): the creates without one are a sealed
+// server's, started first so that the harness's environment (the SDK's
+// default server) is the open one's.
+const sealedCfg = join(dir, 'sealed.json')
+writeFileSync(sealedCfg, JSON.stringify({ network: { default: 'none' }, templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+const sealed = await startServer(['--config', sealedCfg])
 const server = await startServer(['--config', cfg])
+const on = (s) => ({ apiUrl: s.env.E2B_API_URL, apiKey: s.apiKey })
 const N = 200, SIZE = 200e6
 try {
   const parse = (out) => out.trim().split(' ').map(Number)
@@ -59,7 +67,7 @@ try {
   // Cold creates, alternating, so that both see the same machine.
   const plain = [], networked = []
   for (let i = 0; i < 20; i++) {
-    for (const [list, opts] of [[plain, {}], [networked, { allowInternetAccess: true }]]) {
+    for (const [list, opts] of [[plain, on(sealed)], [networked, { ...on(server), allowInternetAccess: true }]]) {
       let s
       list.push(await time(async () => { s = await Sandbox.create(opts) }))
       await s.kill()
@@ -70,9 +78,10 @@ try {
   console.log(`  HTTP request, host straight to the server  p50 ${ms(bare[0])}  p99 ${ms(bare[1])}`)
   console.log(`  HTTP request, from the sandbox             p50 ${ms(boxed[0])}  p99 ${ms(boxed[1])}   ${(boxed[0] / bare[0]).toFixed(2)}x`)
   console.log(`  download: host ${bare[2].toFixed(0)} MB/s, sandbox ${boxed[2].toFixed(0)} MB/s   ${(boxed[2] / bare[2]).toFixed(2)}x`)
-  console.log(`  Sandbox.create() cold, no network          ${fmt(plain)}`)
+  console.log(`  Sandbox.create() cold, no network (sealed) ${fmt(plain)}`)
   console.log(`  Sandbox.create() cold, allowInternetAccess ${fmt(networked)}   +${ms(pct(networked, 50) - pct(plain, 50))}`)
 } finally {
   await server.stop()
+  await sealed.stop()
   rmSync(dir, { recursive: true, force: true })
 }

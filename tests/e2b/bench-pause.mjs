@@ -17,9 +17,12 @@ import { metric, pct, poolReady, time } from './bench-util.mjs'
 
 process.env.AIRLOCK_TEST_BACKEND = 'gvisor'
 const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-pause-'))
+// Every server is sealed (network.default "none"): a sandbox with a
+// network, the E2B API's default, cannot yet be saved to disk, forked,
+// snapshotted or cloned from a warm snapshot.
 const config = (c) => {
   const file = join(dir, `${Object.keys(c).join('-') || 'default'}.json`)
-  writeFileSync(file, JSON.stringify(c))
+  writeFileSync(file, JSON.stringify({ network: { default: 'none' }, ...c }))
   return ['--config', file]
 }
 const rounds = 5
@@ -70,7 +73,7 @@ const firstCell = async () => time(async () => {
 })
 
 const cells = {}, forks = {}
-await withServer(['--pool-size', '0'], async () => {
+await withServer([...config({}), '--pool-size', '0'], async () => {
   cells.fresh = await median(firstCell)
   const src = await Sandbox.create('code-interpreter-v1', { timeoutMs: 600_000 })
   await src.runCode('x = 1')
@@ -91,7 +94,7 @@ await withServer(['--pool-size', '0'], async () => {
   })
   await src.kill()
 })
-await withServer(['--pool-size', '1'], async (server) => {
+await withServer([...config({}), '--pool-size', '1'], async (server) => {
   cells.pooled = await median(async () => {
     await poolReady(server, 'code-interpreter-v1', 1, 240_000)
     return firstCell()

@@ -89,9 +89,13 @@ before(async () => {
   // The daemon's environment holds the canary (and its API key).
   process.env.AIRLOCK_ESCAPE_CANARY = h.canary
   // The Debian image comes from a registry on loopback, which a server
-  // pulls from only when its operator lists its address.
+  // pulls from only when its operator lists its address. The server is
+  // sealed (network.default "none"), so that its sandboxes can be saved,
+  // snapshotted and forked, which those with a network (the E2B API's
+  // default elsewhere) cannot yet: the catalogue tries all of it.
+  // Networked sandboxes' escapes are network.test.mjs's.
   const cfg = mkdtempSync(join(tmpdir(), 'airlock-escape-cfg-'))
-  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' } }))
+  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' }, network: { default: 'none' } }))
   server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
   rmSync(cfg, { recursive: true })
   // The shared sandboxes live as long as the whole catalogue may take.

@@ -92,6 +92,12 @@ test('MCP over HTTP: tools, state, charts, commands, files', async () => {
     assert.equal(res.isError, true)
     assert.match(text(res), /exit code 3\nstdout:\n1000\n\nstderr:\noops/)
 
+    // MCP gives no network, whatever the E2B API's default (the internet,
+    // where the server gives networks, as in tests/netlab): loopback only.
+    res = await client.callTool({ name: 'run_command', arguments: { command: 'cat /proc/net/dev' } })
+    assert.match(text(res), /\blo:/)
+    assert.doesNotMatch(text(res), /eth0/, 'an MCP sandbox has an interface')
+
     // A foreground command is killed at its timeout; a background one lives on.
     res = await client.callTool({ name: 'run_command', arguments: { command: 'exec sleep 30', timeout_seconds: 1 } })
     assert.equal(res.isError, true)

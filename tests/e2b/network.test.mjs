@@ -16,7 +16,7 @@ import { request } from 'node:http'
 import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { Sandbox } from 'e2b'
+import { Sandbox, ALL_TRAFFIC } from 'e2b'
 import { startServer, sleep } from './harness.mjs'
 
 const labDNS = process.env.AIRLOCK_LAB_DNS
@@ -212,16 +212,71 @@ async function hostListener(addr) {
   return { port: srv.address().port, accepted: () => accepted, close: () => srv.close() }
 }
 
-test('a sandbox without a network reaches nothing, and says so', { skip }, async () => {
+// The control plane's API on this test's server, with its key.
+const api = (method, path, body) => fetch(process.env.E2B_API_URL + path, {
+  method, headers: { 'X-API-Key': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+  body: body && JSON.stringify(body),
+})
+
+// E2B's rule: a sandbox that says nothing has the internet (never the
+// host, private ranges or metadata), and it is a pool claim as one
+// without a network was: pools keep sandboxes in closed networks.
+test('by default a sandbox has the internet, from the pool', { skip }, async () => {
+  for (let i = 0; i < 200; i++) {
+    const { pools } = await (await api('GET', '/airlock/pools')).json()
+    if (pools.find((p) => p.template === 'base')?.ready > 0) break
+    await sleep(50)
+  }
   const sbx = await create()
   try {
-    await expectFail(sbx, 'tcp', '203.0.113.10', '80')
-    await expectFail(sbx, 'resolve', 'allowed.test')
-    assert.equal((await sbx.getInfo()).allowInternetAccess, false)
-    const links = await sbx.commands.run('cat /proc/net/dev')
-    assert.doesNotMatch(links.stdout, /eth0/, 'no interface but loopback')
+    assert.equal((await sbx.getInfo()).allowInternetAccess, true)
+    await expectOK(sbx, /hello from 203\.0\.113\.10 for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectOK(sbx, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+    await expectFail(sbx, 'tcp', '203.0.113.2', '22')
+    await expectFail(sbx, 'tcp', '10.99.0.5', '80')
+    await expectFail(sbx, 'tcp', '169.254.169.254', '80')
+    const line = server.log().split('\n').find((l) => l.includes('sandbox created') && l.includes(sbx.sandboxId))
+    assert.match(line, /warm=true/, 'the default sandbox was started cold, not claimed from the pool')
+    // Its network, made for the pool, logs under the sandbox's id now.
+    assert.ok(server.log().split('\n').some((l) => l.includes('connection refused') && l.includes(sbx.sandboxId)),
+      'the refusals of a claimed sandbox are not logged under its id')
   } finally {
     await sbx.kill()
+  }
+})
+
+test('a sealed sandbox (allowInternetAccess: false) reaches nothing, and says so', { skip }, async () => {
+  const sbx = await create({ allowInternetAccess: false })
+  try {
+    await expectFail(sbx, 'tcp', '203.0.113.10', '80')
+    await expectFail(sbx, 'tcp', '198.51.100.7', '7000')
+    await expectFail(sbx, 'resolve', 'allowed.test')
+    await expectFail(sbx, 'tcp', '203.0.113.2', '22')
+    assert.equal((await sbx.getInfo()).allowInternetAccess, false)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// ALL_TRAFFIC as E2B defines it: denied, nothing but allowOut; allowed,
+// every destination (allowOut wins), which here is the internet, never
+// the host, private ranges or metadata.
+test('ALL_TRAFFIC in denyOut and in allowOut', { skip }, async () => {
+  const none = await create({ network: { denyOut: [ALL_TRAFFIC] } })
+  const all = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: [ALL_TRAFFIC] } })
+  try {
+    await expectFail(none, 'tcp', '198.51.100.7', '7000')
+    await expectFail(none, 'resolve', 'allowed.test')
+    await expectOK(all, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+    await expectOK(all, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(all, 'tcp', '203.0.113.2', '22')
+    await expectFail(all, 'tcp', '10.99.0.5', '80')
+    await expectFail(all, 'tcp', '169.254.169.254', '80')
+    await expectFail(all, 'resolve', 'rebind.test')
+    await expectFail(all, 'dns', '203.0.113.53', 'udp', 'A', 'allowed.test')
+  } finally {
+    await none.kill()
+    await all.kill()
   }
 })
 
@@ -274,8 +329,8 @@ test('allowOut by name and by address, nothing else', { skip }, async () => {
   }
 })
 
-test('denyOut by address and by name, on top of the internet', { skip }, async () => {
-  const sbx = await create({ allowInternetAccess: true, network: { denyOut: ['203.0.113.20', 'other.test', 'denied.test'] } })
+test('denyOut alone, by address and by name: the internet less it', { skip }, async () => {
+  const sbx = await create({ network: { denyOut: ['203.0.113.20', 'other.test', 'denied.test'] } })
   try {
     await expectOK(sbx, /for allowed\.test/, 'http', 'http://allowed.test/')
     await expectOK(sbx, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
@@ -313,7 +368,9 @@ async function tunnel(sbx, tag) {
 // [what, create options, names below tunnel.test forwarded, allowed.test resolves]
 const internetShapes = [
   ['the internet', { allowInternetAccess: true }, true, true],
-  ['no network', {}, false, false],
+  ['sealed', { allowInternetAccess: false }, false, false],
+  ['denyOut an address, alone', { network: { denyOut: ['203.0.113.20'] } }, true, true],
+  ['allowOut ALL_TRAFFIC over denyOut ALL_TRAFFIC', { network: { denyOut: [ALL_TRAFFIC], allowOut: [ALL_TRAFFIC] } }, true, true],
   ['allowOut names', { network: { allowOut: ['allowed.test', '*.cdn.test'] } }, false, true],
   ['allowOut an address', { network: { allowOut: ['198.51.100.0/24'] } }, false, false],
   // E2B's allowlist recipe, as e2b <= 2.45, the Python SDK and the CLI
@@ -345,8 +402,10 @@ test('DNS tunnelling: a name the policy cannot reach never reaches a resolver ou
 
 test('DNS tunnelling after updateNetwork from one shape to another', { skip }, async () => {
   const secret = 'u' + randomBytes(8).toString('hex')
-  const body = (opts) => ({ allowInternetAccess: opts.allowInternetAccess ?? false, ...(opts.network ?? {}) })
-  const shapes = internetShapes.filter(([what]) => what !== 'no network')
+  // What updateNetwork sends for a shape's create options: as on a
+  // create, what it leaves out is E2B's default (the internet).
+  const body = (opts) => ({ ...('allowInternetAccess' in opts && { allowInternetAccess: opts.allowInternetAccess }), ...(opts.network ?? {}) })
+  const shapes = internetShapes
   for (const [i, [from, fromOpts]] of shapes.entries()) {
     // Each shape to the next, and the last to the first: every shape is
     // reached from another once.
@@ -493,12 +552,63 @@ except Exception as e: print('second request failed:', type(e).__name__)
   } finally {
     await sbx.kill()
   }
-  // A sandbox made without a network has no interface to open.
-  const sealed = await Sandbox.create()
+  // A sealed sandbox opens and closes again, and updateNetwork({}),
+  // clearing every rule, is the internet.
+  const sealed = await create({ allowInternetAccess: false })
   try {
-    await assert.rejects(sealed.updateNetwork({ allowInternetAccess: true }), /without a network/)
+    await expectFail(sealed, 'tcp', '198.51.100.7', '7000')
+    await sealed.updateNetwork({ allowInternetAccess: true })
+    await expectOK(sealed, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+    await expectOK(sealed, /for allowed\.test/, 'http', 'http://allowed.test/')
+    assert.equal((await sealed.getInfo()).allowInternetAccess, true)
+    await sealed.updateNetwork({ allowInternetAccess: false })
+    await expectFail(sealed, 'tcp', '198.51.100.7', '7000')
+    await expectFail(sealed, 'resolve', 'allowed.test')
+    assert.equal((await sealed.getInfo()).allowInternetAccess, false)
+    await sealed.updateNetwork({})
+    await expectOK(sealed, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
   } finally {
     await sealed.kill()
+  }
+})
+
+// network.default "none" seals the server: no interface by default, and
+// a request for the internet is refused, naming the setting.
+test('a sealed server refuses the internet with a 400 naming network.default', { skip }, async () => {
+  const saved = { ...process.env }
+  const dir = mkdtempSync(join(tmpdir(), 'airlock-net-sealed-'))
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ network: { default: 'none', dns: [labDNS] },
+    templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
+  const sealedServer = await startServer(['--config', join(dir, 'config.json')])
+  try {
+    const refusal = /400.*network\.default "none"/
+    await assert.rejects(Sandbox.create({ allowInternetAccess: true }), refusal)
+    await assert.rejects(Sandbox.create({ network: { denyOut: ['203.0.113.20'] } }), refusal)
+    const res = await api('POST', '/v2/sandboxes', { templateID: 'base', allow_internet_access: true })
+    assert.equal(res.status, 400)
+    assert.match((await res.json()).message, /network\.default "none"/)
+    const sbx = await create()
+    try {
+      assert.equal((await sbx.getInfo()).allowInternetAccess, false)
+      await expectFail(sbx, 'tcp', '198.51.100.7', '7000')
+      const links = await sbx.commands.run('cat /proc/net/dev')
+      assert.doesNotMatch(links.stdout, /eth0/, 'no interface but loopback')
+      await assert.rejects(sbx.updateNetwork({ allowInternetAccess: true }), refusal)
+    } finally {
+      await sbx.kill()
+    }
+    // An allowlist is not the internet.
+    const listed = await create({ network: { allowOut: ['allowed.test'] } })
+    try {
+      await expectOK(listed, /for allowed\.test/, 'http', 'http://allowed.test/')
+      await expectFail(listed, 'tcp', '198.51.100.7', '7000')
+    } finally {
+      await listed.kill()
+    }
+  } finally {
+    await sealedServer.stop()
+    Object.assign(process.env, saved)
+    rmSync(dir, { recursive: true, force: true })
   }
 })
 
@@ -562,14 +672,21 @@ test('network options Airlock does not implement are refused, naming the field',
 })
 
 test('nothing of a sandbox network outlives the sandbox', { skip }, async () => {
+  // Without a pool: a pooled sandbox's network is made before its claim.
+  assert.equal((await api('PUT', '/airlock/pools/base', { size: 0 })).status, 204)
+  await sleep(500)
   const links = await settled(sandboxLinks)
   const elements = sandboxElements()
-  const sbx = await create({ allowInternetAccess: true })
-  assert.equal(sandboxLinks().length, links.length + 1)
-  assert.equal(sandboxElements().length, elements.length + 8) // 3 map and 3 set elements, its flood map element and chain
-  await sbx.kill()
-  assert.deepEqual(sandboxElements(), elements)
-  assert.deepEqual(await settled(sandboxLinks, links), links)
+  try {
+    const sbx = await create({ allowInternetAccess: true })
+    assert.equal(sandboxLinks().length, links.length + 1)
+    assert.equal(sandboxElements().length, elements.length + 8) // 3 map and 3 set elements, its flood map element and chain
+    await sbx.kill()
+    assert.deepEqual(sandboxElements(), elements)
+    assert.deepEqual(await settled(sandboxLinks, links), links)
+  } finally {
+    assert.equal((await api('DELETE', '/airlock/pools/base')).status, 204)
+  }
 })
 
 // SDKs around 2.45 send allow_internet_access: true on every create, as
