@@ -156,12 +156,21 @@ func (s *agentSandbox) start(command string, flags ...string) error {
 
 // Dial connects to the agent, waiting for it to listen (it starts after
 // the sandbox does). It never follows what is in the socket's place
-// (agentdir.go): anything but the agent's socket there is an error at once.
+// (agentdir.go): anything but the agent's socket there is an error once
+// it has stayed there for notAgentGrace.
 func (s *agentSandbox) Dial(ctx context.Context) (net.Conn, error) {
+	var wrongSince time.Time
 	for {
 		c, err := s.agent.dial(ctx)
-		if err == nil || errors.Is(err, errNotAgentSocket) {
-			return c, err
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, errNotAgentSocket) {
+			if wrongSince.IsZero() {
+				wrongSince = time.Now()
+			} else if time.Since(wrongSince) > notAgentGrace {
+				return nil, err
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -175,6 +184,14 @@ func (s *agentSandbox) Dial(ctx context.Context) (net.Conn, error) {
 		}
 	}
 }
+
+// notAgentGrace is how long the socket's place may hold something else
+// before Dial gives up. The agent's own socket is, for a moment, not
+// yet its: gVisor's gofer binds it as itself (root) and only then hands
+// it to the agent's uid (runsc/fsgofer's BindAt), and a loaded host can
+// stretch that moment past a dial (a create failed so in the escape
+// catalogue). Nothing is connected to meanwhile: only the wait is longer.
+const notAgentGrace = 2 * time.Second
 
 // Done is closed when the sandbox has ended.
 func (s *agentSandbox) Done() <-chan struct{} { return s.done }

@@ -126,6 +126,26 @@ func TestAgentSocketSwapsReachNoHostSocket(t *testing.T) {
 	if err := health(conn); err != nil {
 		t.Fatal(err)
 	}
+	conn.Close()
+	// The agent's socket as gVisor's gofer makes it: bound as root, handed
+	// to the agent's uid a moment later. A dial in that moment waits.
+	var st unix.Stat_t
+	if err := unix.Stat(sock, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(sock, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(notAgentGrace / 4)
+		os.Lchown(sock, int(st.Uid), int(st.Gid))
+	}()
+	if conn, err = s.Dial(t.Context()); err != nil {
+		t.Fatalf("a dial while the gofer hands the socket over: %v", err)
+	}
+	if err := health(conn); err != nil {
+		t.Fatal(err)
+	}
 	checkAgentDirBounded(t, be, s)
 }
 
