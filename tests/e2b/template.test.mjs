@@ -143,6 +143,30 @@ test('Template builder: fromImage, envs, runCmd, copy, workdir, user, start and 
   assert.ok(again.some((l) => /reusing/.test(l)), again.join('\n'))
 })
 
+// copy's forceUpload, as on E2B: the files are uploaded again though the
+// server has them, and the step is built anew, not reused.
+test('Template builder: copy with forceUpload uploads again and builds anew', { skip }, async () => {
+  const build = async (opts) => {
+    const logs = []
+    const t = Template({ fileContextPath: context }).fromImage(`${registry}/busybox:latest`).copy('notes.txt', '/opt/forced.txt', opts)
+    await Template.build(t, 'forced', { onBuildLogs: (e) => logs.push(e.message) })
+    return logs
+  }
+  await build()
+  let logs = await build()
+  assert.ok(logs.includes("Skipping upload of 'notes.txt', already cached"), logs.join('\n'))
+  assert.ok(logs.some((l) => /reusing/.test(l)), logs.join('\n'))
+  logs = await build({ forceUpload: true })
+  assert.ok(logs.includes("Uploaded 'notes.txt'"), logs.join('\n'))
+  assert.ok(!logs.some((l) => /reusing/.test(l)), logs.join('\n'))
+  const sbx = await Sandbox.create('forced')
+  try {
+    assert.equal(await run(sbx, 'cat /opt/forced.txt'), readFileSync(join(context, 'notes.txt'), 'utf8').trim())
+  } finally {
+    await sbx.kill()
+  }
+})
+
 test('Template builder: fromTemplate, buildInBackground, a failing step and bad input', { skip }, async () => {
   const base = Template().fromImage(`${registry}/busybox:latest`).runCmd('echo one > /srv/one', { user: 'root' })
   await Template.build(base, 'bb-base')
