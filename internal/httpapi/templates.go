@@ -133,6 +133,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 var startBuildFields = []string{"fromImage", "fromTemplate", "fromImageRegistry", "steps", "startCmd", "readyCmd", "force"}
+
 // stepFields: forceUpload, resolveSymlinks and gzip are the SDK's own
 // options of a copy's upload, sent along with the step.
 var stepFields = []string{"type", "args", "filesHash", "force", "forceUpload", "resolveSymlinks", "gzip"}
