@@ -386,7 +386,12 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 // connect returns a running sandbox; a timeout in the body extends its
 // time to live (never shortens it), as E2B does.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	var b timeoutBody
+	var b struct {
+		timeoutBody
+		// Memory false: the SDK's onResume 'reboot', a paused sandbox
+		// resumed from its files only, its processes and memory dropped.
+		Memory *bool `json:"memory"`
+	}
 	if !decode(w, r, &b) {
 		return
 	}
@@ -403,7 +408,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	// Connecting to a paused sandbox resumes it, with the timeout asked
 	// for (or the default).
 	if sb.Paused() {
-		if err := s.m.Resume(r.Context(), id, d); err != nil {
+		resume := s.m.Resume
+		if b.Memory != nil && !*b.Memory && sb.State() != sandbox.SavedFiles {
+			resume = s.m.Reboot
+		}
+		if err := resume(r.Context(), id, d); err != nil {
 			s.managerError(w, err)
 			return
 		}
