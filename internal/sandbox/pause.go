@@ -76,6 +76,15 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error
 // A pause that kept the memory is undone first (briefly running it
 // again), then redone keeping the files only, which the resume boots.
 func (m *Manager) Reboot(ctx context.Context, id string, d time.Duration) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	// Refused before anything runs again: a sandbox that cannot keep
+	// only its files stays paused.
+	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
+		return err
+	}
 	if err := m.Resume(ctx, id, d); err != nil {
 		return err
 	}
