@@ -56,3 +56,30 @@ func TestValidUserName(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLookupUser: a sandbox's /etc/passwd, whatever it holds, gives the
+// daemon (a build's COPY owner) either an error or the ids and absolute
+// home of a well-formed line of exactly that name.
+func FuzzLookupUser(f *testing.F) {
+	f.Add("root:x:0:0:root:/root:/bin/sh\nnode:x:1001:1002::/home/node:/bin/sh\n", "node")
+	f.Add("node:x:-1:1::/h:/bin/sh\n", "node")
+	f.Add("node:x:1:1::h:/bin/sh\n", "node")
+	f.Add("node:x:99999999999:1::/h:/bin/sh\nnode:x:1:1::/h:/bin/sh\n", "node")
+	f.Add(strings.Repeat("a", 70000)+"\nnode:x:1:1::/h:/s\n", "node")
+	f.Add("x:y\n", "x:y")
+	f.Fuzz(func(t *testing.T, passwd, name string) {
+		uid, gid, home, err := LookupUser(strings.NewReader(passwd), name)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("a two-line error: %q", err)
+			}
+			return
+		}
+		if !ValidUserName(name) || uid < 0 || gid < 0 || uint64(uid) > 1<<32-1 || uint64(gid) > 1<<32-1 || !strings.HasPrefix(home, "/") {
+			t.Errorf("%q in %q: %d %d %q", name, passwd, uid, gid, home)
+		}
+		if !strings.Contains(passwd, name+":") {
+			t.Errorf("%q found in %q, which has no such line", name, passwd)
+		}
+	})
+}
