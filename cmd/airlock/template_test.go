@@ -238,7 +238,8 @@ RUN whoami > /opt/work/who
 		{"FROM template:bb\nHEALTHCHECK CMD true\n", "line 2: HEALTHCHECK is not supported"},
 		{"FROM template:bb\nFROM template:bb\n", "multi-stage"},
 		{"FROM template:bb\nCOPY ../../etc/passwd /x\n", "inside the build context"},
-		{"FROM template:bb\nUSER nobody\n", "users root and user"},
+		{"FROM template:bb\nUSER nobody\n", "USER nobody: invalid username: 'nobody'"},
+		{"FROM template:bb\nUSER no/body\n", `user "no/body" is not a user name`},
 	} {
 		os.WriteFile(bad, []byte(c.dockerfile), 0o644)
 		if r := airlock(t, "", "template", "build", "bad", "-f", bad, "--state-dir", state, "--net", "none"); r.code != 2 || !strings.Contains(r.stderr, c.want) {

@@ -93,6 +93,7 @@ const (
 	CodeNotFound           Code = "not_found"
 	CodeAlreadyExists      Code = "already_exists"
 	CodePermissionDenied   Code = "permission_denied"
+	CodeUnauthenticated    Code = "unauthenticated"
 	CodeResourceExhausted  Code = "resource_exhausted"
 	CodeFailedPrecondition Code = "failed_precondition"
 	CodeUnimplemented      Code = "unimplemented"

@@ -102,7 +102,7 @@ func (s *Step) check() error {
 			return errors.New("COPY needs the filesHash of its upload")
 		}
 		if n > 2 && s.Args[2] != "" {
-			if _, _, err := owner(s.Args[2], ""); err != nil {
+			if _, _, err := owner(s.Args[2], ""); err != nil && !errors.Is(err, errUserName) {
 				return err
 			}
 		}
@@ -135,11 +135,11 @@ func (s *Step) check() error {
 	return nil
 }
 
-// A sandbox has two users: its root and "user" (uid 1000), as E2B's
-// templates do.
+// A step may run as any user of its image, as on E2B: whether the image
+// has them is known when the step runs.
 func checkUser(u string) error {
-	if u != "root" && u != layout.User {
-		return fmt.Errorf("user %q: a sandbox has the users root and %s", u, layout.User)
+	if !agentproto.ValidUserName(u) {
+		return fmt.Errorf("user %q is not a user name", u)
 	}
 	return nil
 }
@@ -260,7 +260,7 @@ func (b *Builder) Build(ctx context.Context, names []string, req *Request, res i
 	}
 	defer box.Close()
 	st := &state{box: box, env: slices.Clone(base.Config.Env), user: layout.User, workdir: layout.Home, files: b.Files, log: log}
-	if u := base.Config.User; u == "root" || u == layout.User {
+	if u := base.Config.User; agentproto.ValidUserName(u) {
 		st.user = u
 	}
 	if d := base.Config.WorkingDir; path.IsAbs(d) {

@@ -75,7 +75,7 @@ func TestCheck(t *testing.T) {
 		{Request{FromImage: "x", FromTemplate: "y"}, "exactly one"},
 		{Request{FromImage: "x", Registry: &Registry{Type: "aws"}}, `type "aws" is not supported`},
 		{Request{FromImage: "x", Steps: []Step{{Type: "HEALTHCHECK"}}}, `step 1: step type "HEALTHCHECK"`},
-		{Request{FromImage: "x", Steps: []Step{{Type: "RUN", Args: []string{"true", "nobody"}}}}, "users root and user"},
+		{Request{FromImage: "x", Steps: []Step{{Type: "RUN", Args: []string{"true", "no body"}}}}, `user "no body" is not a user name`},
 		{Request{FromImage: "x", Steps: []Step{{Type: "COPY", Args: []string{"a", "/b"}}}}, "filesHash"},
 		{Request{FromImage: "x", Steps: []Step{{Type: "COPY", Args: []string{"a", "/b", "", "9z"}, FilesHash: hash}}}, "octal"},
 		{Request{FromImage: "x", Steps: []Step{{Type: "ENV", Args: []string{"K"}}}}, "in pairs"},

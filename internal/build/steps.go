@@ -49,6 +49,11 @@ func (st *state) step(ctx context.Context, s *Step) error {
 		}
 		st.workdir = dir
 	case "USER":
+		// Any user of the image; one it lacks fails here, not at the
+		// first step that runs as them.
+		if _, _, err := st.ids(ctx, s.Args[0]); err != nil {
+			return fmt.Errorf("USER %s: %w", s.Args[0], err)
+		}
 		st.user = s.Args[0]
 	}
 	return nil
@@ -154,7 +159,7 @@ func (l *lineLog) flush() {
 // untar sends the tar stream data to the agent, which writes it into dir
 // with the owner of user (every entry) and the modes it carries.
 func (st *state) untar(ctx context.Context, dir, user string, data io.Reader, onlyNew bool) error {
-	uid, gid, err := owner(user, st.user)
+	uid, gid, err := st.ids(ctx, user)
 	if err != nil {
 		return err
 	}
@@ -165,8 +170,36 @@ func (st *state) untar(ctx context.Context, dir, user string, data io.Reader, on
 	return err
 }
 
+// ids are the uid and gid of user (the steps' user when empty): any
+// user of the image, as on E2B, looked up in the build sandbox's
+// /etc/passwd.
+func (st *state) ids(ctx context.Context, user string) (int, int, error) {
+	uid, gid, err := owner(user, st.user)
+	if !errors.Is(err, errUserName) {
+		return uid, gid, err
+	}
+	if user == "" {
+		user = st.user
+	}
+	resp, err := as(st.box.Agent(), "root").Do(ctx, agentproto.EnvdPort, "GET", "/files?path=/etc/passwd", "", nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("user %q: the image's /etc/passwd: %w", user, err)
+	}
+	defer resp.Body.Close()
+	uid, gid, _, err = agentproto.LookupUser(resp.Body, user)
+	if errors.Is(err, agentproto.ErrNoUser) {
+		// envd's words for a user that does not exist.
+		return 0, 0, fmt.Errorf("invalid username: '%s': the image has no such user", user)
+	}
+	return uid, gid, err
+}
+
+// errUserName: a user named, not root, user or numeric ids: the image's
+// /etc/passwd says who it is (state.ids).
+var errUserName = errors.New("a user name to look up")
+
 // owner is the uid and gid of user ("root", "user", "uid" or "uid:gid"),
-// def's when empty.
+// def's when empty; errUserName for any other user name.
 func owner(user, def string) (int, int, error) {
 	if user == "" {
 		user = def
@@ -184,7 +217,10 @@ func owner(user, def string) (int, int, error) {
 		gid, err2 = uid, nil
 	}
 	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("owner %q: root, %s or numeric ids", user, layout.User)
+		if !hasGroup && agentproto.ValidUserName(user) {
+			return 0, 0, errUserName
+		}
+		return 0, 0, fmt.Errorf("owner %q: a user name, root, %s or numeric ids", user, layout.User)
 	}
 	return int(uid), int(gid), nil
 }

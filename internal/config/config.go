@@ -32,7 +32,10 @@ type Config struct {
 	Templates           map[string]Template `json:"templates"`
 	// Domain: sandboxes' servers are reached at {port}-{sandboxID}.{domain}
 	// (E2B's getHost); "" is localhost at the listening port.
-	Domain  string  `json:"domain"`
+	Domain string `json:"domain"`
+	// TLS serves the API and sandboxes' servers over HTTPS, as E2B does,
+	// with a certificate for the domain and its wildcard.
+	TLS     TLS     `json:"tls"`
 	Network Network `json:"network"`
 	Builds  Builds  `json:"builds"`
 	// MetricsInterval: how often sandboxes are measured for getMetrics'
@@ -57,6 +60,13 @@ type Config struct {
 	APIKey string `json:"-"`
 	// Node makes the daemon a node of a cluster.
 	Node Node `json:"-"`
+}
+
+// TLS is the certificate the daemon serves HTTPS with: PEM files of the
+// chain and its key ("": plain HTTP).
+type TLS struct {
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
 }
 
 // Node is a cluster node's settings (airlock serve --node-name).

@@ -15,6 +15,7 @@ type Flags struct {
 	Config *string
 	// "": not given.
 	Listen, StateDir, Backend, Runsc, Domain string
+	TLSCert, TLSKey                          string
 	// PoolSize is every built-in template's pool (--pool-size), over
 	// what the config file says; negative: not given.
 	PoolSize int
@@ -36,6 +37,8 @@ func ServeFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.Backend, "backend", "", "isolation: namespaces (default) or gvisor")
 	fs.StringVar(&f.Runsc, "runsc", "", "runsc binary for the gvisor backend (default $AIRLOCK_RUNSC, then PATH)")
 	fs.StringVar(&f.Domain, "domain", "", "sandboxes' servers answer at {port}-{sandboxID}.DOMAIN (default localhost:PORT)")
+	fs.StringVar(&f.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate chain, for DOMAIN and *.DOMAIN")
+	fs.StringVar(&f.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.Func("node-name", "join a cluster as this node (registers with the Kubernetes API server; default $AIRLOCK_NODE_NAME)", setString(&f.NodeName))
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster's API server (default: the pod's service account)")
 	fs.StringVar(&f.Namespace, "namespace", "", "namespace of Airlock's objects (default $AIRLOCK_NAMESPACE, the pod's, then airlock)")
@@ -97,6 +100,8 @@ func Resolve(env func(string) string, f *Flags) (Config, error) {
 	set(&cfg.Backend, f.Backend)
 	set(&cfg.Runsc, f.Runsc)
 	set(&cfg.Domain, f.Domain)
+	set(&cfg.TLS.Cert, f.TLSCert)
+	set(&cfg.TLS.Key, f.TLSKey)
 	if f.PoolSize >= 0 {
 		if cfg.Templates == nil {
 			cfg.Templates = map[string]Template{}

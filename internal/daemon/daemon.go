@@ -6,6 +6,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +73,7 @@ type Daemon struct {
 	network     *hostNetwork // nil: networks are disabled
 
 	ln      net.Listener
+	tls     *tls.Config // nil: plain HTTP
 	key     Key
 	manager *sandbox.Manager
 	service *build.Service // template builds, over the API
@@ -131,6 +133,9 @@ func (d *Daemon) check() error {
 	}
 	if err := checkNode(cfg.Node); err != nil {
 		return err
+	}
+	if d.tls, err = serverTLS(cfg); err != nil {
+		return configError(err)
 	}
 	if cfg.Node.Name != "" {
 		d.mcfg.IDPrefix = sandboxid.NodePrefix(cfg.Node.Name)
@@ -193,6 +198,10 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 	if cfg.Domain == "" {
 		_, port, _ := net.SplitHostPort(d.ln.Addr().String())
 		cfg.Domain = "localhost:" + port
+		if !nssResolvesLocalhost("/etc/nsswitch.conf") {
+			d.log.Warn("this host does not resolve names under localhost: getHost(port) URLs work only in clients that resolve them themselves (curl, browsers); install libnss-myhostname, or set domain",
+				"domain", cfg.Domain)
+		}
 	}
 	api := httpapi.New(d.manager, d.key.Value, cfg.Domain, d.log)
 	def := httpapi.NetDefault{Internet: d.internetByDefault()}
@@ -239,14 +248,19 @@ func (d *Daemon) internetByDefault() bool {
 func (d *Daemon) Key() Key { return d.key }
 
 // URL is where the daemon answers.
-func (d *Daemon) URL() string { return "http://" + d.ln.Addr().String() }
+func (d *Daemon) URL() string {
+	if d.tls != nil {
+		return "https://" + d.ln.Addr().String()
+	}
+	return "http://" + d.ln.Addr().String()
+}
 
 // Serve answers until ctx ends or the server fails, then shuts the
 // daemon down: its port, its builds and its sandboxes.
 func (d *Daemon) Serve(ctx context.Context) error {
 	d.log.Info("airlock serving", "listen", d.ln.Addr().String(), "state_dir", d.cfg.StateDir,
 		"api_key", apikey.Fingerprint(d.key.Value), "api_key_from", d.key.From)
-	srv, errc := httpserve.Serve(d.ln, d.api, httpserve.Limits{MaxConns: d.cfg.MaxConnections, IdleTimeout: time.Duration(d.cfg.IdleTimeout)})
+	srv, errc := httpserve.Serve(d.ln, d.api, httpserve.Limits{MaxConns: d.cfg.MaxConnections, IdleTimeout: time.Duration(d.cfg.IdleTimeout), TLS: d.tls})
 	// In a cluster the node registers once it answers, and deregisters
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}

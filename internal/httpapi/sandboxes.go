@@ -393,7 +393,12 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) { s.connectOrRe
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) { s.connectOrResume(w, r, true) }
 
 func (s *Server) connectOrResume(w http.ResponseWriter, r *http.Request, pausedOnly bool) {
-	var b timeoutBody
+	var b struct {
+		timeoutBody
+		// Memory false: the SDK's onResume 'reboot', a paused sandbox
+		// resumed from its files only, its processes and memory dropped.
+		Memory *bool `json:"memory"`
+	}
 	if !decode(w, r, &b) {
 		return
 	}
@@ -417,7 +422,11 @@ func (s *Server) connectOrResume(w http.ResponseWriter, r *http.Request, pausedO
 	// Connecting to a paused sandbox resumes it, with the timeout asked
 	// for (or the default).
 	if sb.Paused() {
-		if err := s.m.Resume(r.Context(), id, d); err != nil {
+		resume := s.m.Resume
+		if b.Memory != nil && !*b.Memory && sb.State() != sandbox.SavedFiles {
+			resume = s.m.Reboot
+		}
+		if err := resume(r.Context(), id, d); err != nil {
 			s.managerError(w, err)
 			return
 		}

@@ -94,14 +94,13 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// uploadLink says whether a COPY's files are here, and where to put them
-// if not: a URL signed for this upload, valid for an hour.
+// uploadLink says whether a COPY's files are here, and where to put them:
+// a URL signed for this upload, valid for an hour. As E2B's, the URL comes
+// with files that are present too, for a copy with forceUpload, which the
+// SDK uploads again whatever is here (the first upload of a hash stays:
+// Files.Put).
 func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request) {
 	id, hash := r.PathValue("id"), r.PathValue("hash")
-	if s.templates.Files.Has(hash) {
-		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
-		return
-	}
 	if len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
 		writeError(w, http.StatusBadRequest, "files hash %q is not a sha256", hash)
 		return
@@ -113,7 +112,7 @@ func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request) {
 	}
 	q := url.Values{"expires": {strconv.FormatInt(expires.Unix(), 10)}, "token": {s.templates.Builds.UploadToken(id, hash, expires)}}
 	u := fmt.Sprintf("%s://%s/templates/%s/files/%s?%s", scheme, r.Host, url.PathEscape(id), hash, q.Encode())
-	writeJSON(w, http.StatusCreated, map[string]any{"present": false, "url": u})
+	writeJSON(w, http.StatusCreated, map[string]any{"present": s.templates.Files.Has(hash), "url": u})
 }
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
@@ -136,7 +135,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 var startBuildFields = []string{"fromImage", "fromTemplate", "fromImageRegistry", "steps", "startCmd", "readyCmd", "force"}
-var stepFields = []string{"type", "args", "filesHash", "force"}
+
+// stepFields: forceUpload, resolveSymlinks and gzip are the SDK's own
+// options of a copy's upload, sent along with the step.
+var stepFields = []string{"type", "args", "filesHash", "force", "forceUpload", "resolveSymlinks", "gzip"}
 
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
 	b, err := s.templates.Builds.Get(r.PathValue("id"), r.PathValue("buildID"))

@@ -4,6 +4,7 @@
 package httpserve
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"time"
@@ -30,6 +31,9 @@ type Limits struct {
 	// IdleTimeout closes a keep-alive connection that sent no new
 	// request for this long (0: DefaultIdleTimeout).
 	IdleTimeout time.Duration
+	// TLS, when set, serves HTTPS: the handshake is bounded by
+	// ReadHeaderTimeout, as the headers are.
+	TLS *tls.Config
 }
 
 // Serve serves h on ln under l until the server is shut down.
@@ -47,6 +51,12 @@ func Serve(ln net.Listener, h http.Handler, l Limits) (*http.Server, <-chan erro
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, IdleTimeout: l.IdleTimeout}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(netutil.LimitListener(ln, l.MaxConns)) }()
+	ln = netutil.LimitListener(ln, l.MaxConns)
+	if l.TLS != nil {
+		// Outermost, so that the server sees *tls.Conn: requests carry
+		// r.TLS, and the handshake has the header's deadline.
+		ln = tls.NewListener(ln, l.TLS)
+	}
+	go func() { errc <- srv.Serve(ln) }()
 	return srv, errc
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -47,9 +48,20 @@ func (m *Manager) Fork(ctx context.Context, id string, count int, ttl time.Durat
 		req.ClientID, req.AutoPause, req.AutoResume, req.Ingress = sb.ClientID, sb.autoPause, sb.AutoResume, sb.Ingress
 	}
 	out := make([]ForkResult, count)
+	// A few restores at a time, not count at once: each checks the
+	// host's room (hostroom.go) before it starts, which a hundred
+	// started together would all pass before any of them used memory.
+	slots := make(chan struct{}, forkParallel())
 	var wg sync.WaitGroup
 	for i := range out {
 		wg.Go(func() {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-ctx.Done():
+				out[i].Err = ctx.Err()
+				return
+			}
 			r := req
 			r.Metadata = maps.Clone(of.Metadata)
 			out[i].Sandbox, out[i].Err = m.create(ctx, r, &tmpl, nil, m.clock.Now())
@@ -79,5 +91,10 @@ func (m *Manager) scratchDir(kind string) (string, error) {
 	return os.MkdirTemp(dir, "")
 }
 
-// MaxForks bounds one fork request's count.
-const MaxForks = 64
+// MaxForks bounds one fork request's count: E2B's.
+const MaxForks = 100
+
+// forkParallel is how many of a fork's copies start at once: a restore
+// is mostly CPU (runsc reading the image back), so more than a few per
+// core only queue in the kernel.
+func forkParallel() int { return min(max(2*runtime.NumCPU(), 4), 32) }

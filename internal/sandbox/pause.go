@@ -71,6 +71,29 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error
 	return nil
 }
 
+// Reboot resumes a paused sandbox from its files only, as E2B's connect
+// with onResume 'reboot': what ran and what it held in memory are gone.
+// A pause that kept the memory is undone first (briefly running it
+// again), then redone keeping the files only, which the resume boots.
+func (m *Manager) Reboot(ctx context.Context, id string, d time.Duration) error {
+	sb, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	// Refused before anything runs again: a sandbox that cannot keep
+	// only its files stays paused.
+	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
+		return err
+	}
+	if err := m.Resume(ctx, id, d); err != nil {
+		return err
+	}
+	if err := m.Pause(ctx, id, false); err != nil {
+		return fmt.Errorf("reboot sandbox %s: %w", id, err)
+	}
+	return m.Resume(ctx, id, d)
+}
+
 // Resume restarts sandbox id if it is paused, with a time to live of d
 // (0: the default). A running sandbox is left as it is.
 func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error {

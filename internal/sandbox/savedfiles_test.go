@@ -171,3 +171,40 @@ func TestFilesOnlyResumeFailureKeepsTheFiles(t *testing.T) {
 		t.Errorf("the saved directory: %v", err)
 	}
 }
+
+// A reboot (connect's onResume 'reboot') of a sandbox paused with its
+// memory starts it again from its files: a new box, nothing of the
+// frozen one. One that cannot keep only its files stays paused.
+func TestReboot(t *testing.T) {
+	m, b := persistent(t, Config{})
+	sb := create(t, m, CreateRequest{})
+	first := instance(sb)
+	writeHome(t, first, "notes", "kept")
+	if err := m.Pause(t.Context(), sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	starts := b.Starts()
+	if err := m.Reboot(t.Context(), sb.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh start (not a restore of what the pause kept).
+	if sb.State() != Running || b.Starts() != starts+1 || instance(sb) == first {
+		t.Fatalf("after the reboot: %s, %d starts; want running on a newly started box", sb.State(), b.Starts()-starts)
+	}
+	if got := readHome(t, instance(sb), "notes"); got != "kept" {
+		t.Errorf("the file holds %q", got)
+	}
+
+	m2, b2 := newManager(t, Config{}, 0) // no state directory: no files-only pause
+	sb2 := create(t, m2, CreateRequest{})
+	if err := m2.Pause(t.Context(), sb2.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	starts = b2.Starts()
+	if err := m2.Reboot(t.Context(), sb2.ID, 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a reboot without a state directory: %v, want ErrInvalid", err)
+	}
+	if !sb2.Paused() || b2.Starts() != starts {
+		t.Errorf("a refused reboot left it %s, %d boxes started", sb2.State(), b2.Starts()-starts)
+	}
+}

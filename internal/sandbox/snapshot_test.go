@@ -187,6 +187,94 @@ func TestFork(t *testing.T) {
 	}
 }
 
+// A fork makes as many copies as E2B's API allows, 100, a few at a time:
+// each copy checks the host's room before it starts, which copies
+// started all at once would pass together before any used memory.
+func TestForkHundred(t *testing.T) {
+	if MaxForks != 100 {
+		t.Fatalf("MaxForks %d, want E2B's 100", MaxForks)
+	}
+	var mu sync.Mutex
+	armed, inside, most := false, 0, 0
+	gate := make(chan struct{})
+	m, b := persistent(t, Config{HostRoom: func() error {
+		mu.Lock()
+		if !armed { // the original's create
+			mu.Unlock()
+			return nil
+		}
+		inside++
+		most = max(most, inside)
+		if inside == forkParallel() {
+			close(gate) // as many as may be at once are: let them all go
+		}
+		mu.Unlock()
+		<-gate
+		mu.Lock()
+		inside--
+		mu.Unlock()
+		return nil
+	}})
+	sb := create(t, m, CreateRequest{})
+	writeHome(t, instance(sb), "f", "forked")
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	out, err := m.Fork(t.Context(), sb.ID, MaxForks, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for i, r := range out {
+		if r.Err != nil {
+			t.Fatalf("fork %d: %v", i, r.Err)
+		}
+		ids[r.Sandbox.ID] = true
+		if got := readHome(t, instance(r.Sandbox), "f"); got != "forked" {
+			t.Errorf("fork %d's file holds %q", i, got)
+		}
+	}
+	if len(ids) != MaxForks || b.Clones() != MaxForks {
+		t.Errorf("%d distinct sandboxes from %d clones, want %d", len(ids), b.Clones(), MaxForks)
+	}
+	if most != forkParallel() {
+		t.Errorf("%d copies started at once, want %d", most, forkParallel())
+	}
+}
+
+// Copies that the host has no room for fail each with why; those it has
+// room for start.
+func TestForkBoundedByTheHost(t *testing.T) {
+	var mu sync.Mutex
+	room := 11 // the original, and ten copies
+	m, _ := persistent(t, Config{HostRoom: func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if room == 0 {
+			return &PublicError{Err: ErrHostFull, Cause: errors.New("test")}
+		}
+		room--
+		return nil
+	}})
+	sb := create(t, m, CreateRequest{})
+	out, err := m.Fork(t.Context(), sb.ID, MaxForks, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := 0
+	for i, r := range out {
+		switch {
+		case r.Err == nil:
+			made++
+		case !errors.Is(r.Err, ErrHostFull):
+			t.Errorf("fork %d: %v, want ErrHostFull", i, r.Err)
+		}
+	}
+	if made != 10 {
+		t.Errorf("%d copies made, want the 10 the host had room for", made)
+	}
+}
+
 func TestForkRefusalsAndFailures(t *testing.T) {
 	m, b := persistent(t, Config{})
 	sb := create(t, m, CreateRequest{})

@@ -143,6 +143,55 @@ test('Template builder: fromImage, envs, runCmd, copy, workdir, user, start and 
   assert.ok(again.some((l) => /reusing/.test(l)), again.join('\n'))
 })
 
+// copy's forceUpload, as on E2B: the files are uploaded again though the
+// server has them, and the step is built anew, not reused.
+test('Template builder: copy with forceUpload uploads again and builds anew', { skip }, async () => {
+  const build = async (opts) => {
+    const logs = []
+    const t = Template({ fileContextPath: context }).fromImage(`${registry}/busybox:latest`).copy('notes.txt', '/opt/forced.txt', opts)
+    await Template.build(t, 'forced', { onBuildLogs: (e) => logs.push(e.message) })
+    return logs
+  }
+  await build()
+  let logs = await build()
+  assert.ok(logs.includes("Skipping upload of 'notes.txt', already cached"), logs.join('\n'))
+  assert.ok(logs.some((l) => /reusing/.test(l)), logs.join('\n'))
+  logs = await build({ forceUpload: true })
+  assert.ok(logs.includes("Uploaded 'notes.txt'"), logs.join('\n'))
+  assert.ok(!logs.some((l) => /reusing/.test(l)), logs.join('\n'))
+  const sbx = await Sandbox.create('forced')
+  try {
+    assert.equal(await run(sbx, 'cat /opt/forced.txt'), readFileSync(join(context, 'notes.txt'), 'utf8').trim())
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// setUser takes any user the image has, as on E2B; a step as a user the
+// image lacks fails the build, naming the user as envd does.
+test('Template builder: setUser and steps as any user of the image; one it lacks fails', { skip }, async () => {
+  // The image has app (uid 1500, home /home/app): imagetest.BusyboxImage.
+  const t = Template({ fileContextPath: context }).fromImage(`${registry}/busybox:latest`)
+    .setUser('app')
+    .setWorkdir('/home/app')
+    .runCmd('id -u > uid')
+    .copy('notes.txt', '/home/app/notes.txt')
+  await Template.build(t, 'appuser')
+  const sbx = await Sandbox.create('appuser')
+  try {
+    assert.equal(await run(sbx, 'cat /home/app/uid'), '1500')
+    assert.equal(await run(sbx, 'stat -c %u:%g /home/app/notes.txt'), '1500:1500')
+    assert.equal(await run(sbx, 'id -u; echo $HOME', { user: 'app' }), '1500\n/home/app')
+    assert.equal(await sbx.files.read('/home/app/notes.txt', { user: 'app' }), 'a note\n')
+    await assert.rejects(sbx.commands.run('true', { user: 'ghost' }), /invalid username: 'ghost'/)
+  } finally {
+    await sbx.kill()
+  }
+  const base = () => Template().fromImage(`${registry}/busybox:latest`)
+  await assert.rejects(Template.build(base().runCmd('true', { user: 'ghost' }), 'ghost-run'), (e) => e instanceof BuildError && /invalid username: 'ghost'/.test(e.message))
+  await assert.rejects(Template.build(base().setUser('ghost'), 'ghost-user'), (e) => e instanceof BuildError && /USER ghost: invalid username: 'ghost'/.test(e.message))
+})
+
 test('Template builder: fromTemplate, buildInBackground, a failing step and bad input', { skip }, async () => {
   const base = Template().fromImage(`${registry}/busybox:latest`).runCmd('echo one > /srv/one', { user: 'root' })
   await Template.build(base, 'bb-base')
@@ -168,7 +217,7 @@ test('Template builder: fromTemplate, buildInBackground, a failing step and bad 
   assert.equal(await Template.exists('bb-bad'), false, 'a failed build makes no template')
   // What cannot be built is refused at once.
   await assert.rejects(Template.build(Template().fromTemplate('nope').runCmd('true'), 'bb-x'), /not a template made from an image/)
-  await assert.rejects(Template.build(Template().fromTemplate('bb-base').setUser('nobody'), 'bb-x'), /users root and user/)
+  await assert.rejects(Template.build(Template().fromTemplate('bb-base').setUser('no body'), 'bb-x'), /"no body" is not a user name/)
   await assert.rejects(Template.build(base, 'Bad Name!'), /template name/)
 })
 

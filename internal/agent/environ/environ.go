@@ -52,11 +52,14 @@ func (e *Env) For(extra map[string]string) []string {
 	return env
 }
 
-// ForID is For of a process that runs as id: root's gets root's HOME,
-// USER and LOGNAME (the agent's own are the user's).
+// ForID is For of a process that runs as id: root's, or another user's
+// of the image, gets their HOME, USER and LOGNAME (the agent's own are
+// the user's).
 func (e *Env) ForID(id identity.ID, extra map[string]string) []string {
 	env := e.For(extra)
-	if id.UID == 0 {
+	// The sandbox's environment is the user's: root, and any other user
+	// of the image, get their own home and name.
+	if id.Name != identity.User.Name {
 		for i, kv := range env {
 			switch k, _, _ := strings.Cut(kv, "="); k {
 			case "HOME":

@@ -31,6 +31,10 @@ func TestForID(t *testing.T) {
 	if got, want := e.ForID(identity.User, map[string]string{"HOME": "/elsewhere"}), []string{"HOME=/elsewhere", "LOGNAME=user", "PATH=/bin", "USER=user"}; !slices.Equal(got, want) {
 		t.Errorf("the user's: %q, want %q", got, want)
 	}
+	app := identity.ID{Name: "app", UID: 1500, GID: 1500, Home: "/home/app"}
+	if got, want := e.ForID(app, nil), []string{"HOME=/home/app", "LOGNAME=app", "PATH=/bin", "USER=app"}; !slices.Equal(got, want) {
+		t.Errorf("an image's user's: %q, want %q", got, want)
+	}
 }
 
 // TestConcurrentSet: the sandbox's envs arrive while processes start.

@@ -30,6 +30,7 @@ func httpError(w http.ResponseWriter, e *agentproto.Error) {
 	status := map[agentproto.Code]int{
 		agentproto.CodeInvalidArgument: 400, agentproto.CodeNotFound: 404, agentproto.CodePermissionDenied: 403,
 		agentproto.CodeResourceExhausted: 507, agentproto.CodeAlreadyExists: 409, agentproto.CodeFailedPrecondition: 400,
+		agentproto.CodeUnauthenticated: 401,
 	}[e.Code]
 	if status == 0 {
 		status = 500

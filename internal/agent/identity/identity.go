@@ -5,6 +5,7 @@ package identity
 
 import (
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -35,6 +36,9 @@ var (
 type Users struct {
 	Home string
 	Root bool
+	// Passwd is the file of the users a root agent acts for too, the
+	// image's ("": /etc/passwd).
+	Passwd string
 }
 
 // Who returns the identity a request asks for (envd names it in Basic
@@ -51,8 +55,31 @@ func (u Users) Who(r *http.Request) (ID, error) {
 		}
 		return ID{}, rpc.Errorf(agentproto.CodePermissionDenied, "user \"root\" is not available in this sandbox: its template runs everything as \"user\" (templates made from images have root)")
 	default:
-		return ID{}, rpc.Errorf(agentproto.CodePermissionDenied, "user %q is not available: this sandbox has \"user\"%s", strings.TrimSpace(name), map[bool]string{true: " and \"root\""}[u.Root])
+		if u.Root {
+			return u.lookup(name)
+		}
+		return ID{}, rpc.Errorf(agentproto.CodePermissionDenied, "user %q is not available: this sandbox has \"user\"", strings.TrimSpace(name))
 	}
+}
+
+// lookup is any other user of the image, as E2B's envd takes them: the
+// agent is root there, so acting as them gives nothing the sandbox's
+// root does not have. One the image lacks is refused as envd refuses it.
+func (u Users) lookup(name string) (ID, error) {
+	path := u.Passwd
+	if path == "" {
+		path = "/etc/passwd"
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ID{}, rpc.Errorf(agentproto.CodeUnauthenticated, "invalid username: '%s': this sandbox has no %s", name, path)
+	}
+	defer f.Close()
+	uid, gid, home, err := agentproto.LookupUser(f, name)
+	if err != nil {
+		return ID{}, rpc.Errorf(agentproto.CodeUnauthenticated, "invalid username: '%s': %v", name, err)
+	}
+	return ID{Name: name, UID: uid, GID: gid, Home: home}, nil
 }
 
 // fromRequest returns the user named in the request's Basic

@@ -2,13 +2,14 @@ package identity
 
 import (
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// FuzzResolve: a request's user is "user", or "root" where the agent is
-// root, or refused; a client path resolves to a clean absolute path, "~"
+// FuzzResolve: a request's user is "user", or "root" or a user of the
+// image's passwd file where the agent is root, or refused; a client path resolves to a clean absolute path, "~"
 // and relative paths to the user's home, and a local one (no "..", not
 // absolute) never leaves that home.
 func FuzzResolve(f *testing.F) {
@@ -22,8 +23,13 @@ func FuzzResolve(f *testing.F) {
 		f.Add(u, "~/f", true)
 		f.Add(u, "f", false)
 	}
+	passwd := filepath.Join(f.TempDir(), "passwd")
+	if err := os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/sh\nnode:x:1001:1001::/home/node:/bin/sh\n"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Add("node", "~/f", true)
 	f.Fuzz(func(t *testing.T, user, p string, root bool) {
-		u := Users{Home: "/home/user", Root: root}
+		u := Users{Home: "/home/user", Root: root, Passwd: passwd}
 		r := httptest.NewRequest("GET", "/files", nil)
 		r.SetBasicAuth(user, "")
 		id, err := u.Who(r)
@@ -36,6 +42,10 @@ func FuzzResolve(f *testing.F) {
 		case name == "root" && root:
 			if err != nil || id != Root {
 				t.Fatalf("root in an agent that is root: got %+v, %v", id, err)
+			}
+		case name == "node" && root:
+			if err != nil || id != (ID{"node", 1001, 1001, "/home/node"}) {
+				t.Fatalf("the image's node in an agent that is root: got %+v, %v", id, err)
 			}
 		default:
 			if err == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -29,7 +30,6 @@ func TestWho(t *testing.T) {
 		{"root where the agent is root", "root", "", true, Root, ""},
 		{"root in the query", "-", "root", true, Root, ""},
 		{"root where it is not", "root", "", false, ID{}, `"root" is not available in this sandbox`},
-		{"someone else", "mallory", "", true, ID{}, `user "mallory" is not available: this sandbox has "user" and "root"`},
 		{"someone else, no root", " nobody ", "", false, ID{}, `user "nobody" is not available: this sandbox has "user"`},
 		{"authorization wins over the query", "user", "root", true, user, ""},
 	} {
@@ -50,6 +50,36 @@ func TestWho(t *testing.T) {
 				t.Errorf("got %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// Where the agent is root (an image's sandbox), every user of the image
+// is there, as on E2B; one the image lacks is refused as envd refuses it.
+func TestWhoAnyUserOfTheImage(t *testing.T) {
+	passwd := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/sh\nnode:x:1001:1002::/home/node:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]ID{"node": {"node", 1001, 1002, "/home/node"}, "mallory": {}, "x y": {}, "nobody": {}} {
+		r := httptest.NewRequest("GET", "/files", nil)
+		r.SetBasicAuth(name, "")
+		got, err := Users{Home: "/home/user", Root: true, Passwd: passwd}.Who(r)
+		if want.Name == "" {
+			var e *agentproto.Error
+			if !errors.As(err, &e) || e.Code != agentproto.CodeUnauthenticated || !strings.HasPrefix(e.Message, "invalid username: '"+name+"'") {
+				t.Errorf("%q: %+v, %v; want unauthenticated, invalid username", name, got, err)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("%q: %+v, %v; want %+v", name, got, err, want)
+		}
+	}
+	// Without root, the image's users are not the agent's to act as.
+	r := httptest.NewRequest("GET", "/files", nil)
+	r.SetBasicAuth("node", "")
+	if _, err := (Users{Home: "/home/user", Passwd: passwd}).Who(r); err == nil {
+		t.Error("node without a root agent: no error")
 	}
 }
 

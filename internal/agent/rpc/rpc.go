@@ -22,7 +22,7 @@ var statuses = map[agentproto.Code]int{
 	agentproto.CodeCanceled: 499, agentproto.CodeUnknown: 500, agentproto.CodeInvalidArgument: 400,
 	agentproto.CodeDeadlineExceeded: 504, agentproto.CodeNotFound: 404, agentproto.CodeAlreadyExists: 409,
 	agentproto.CodePermissionDenied: 403, agentproto.CodeResourceExhausted: 429, agentproto.CodeFailedPrecondition: 400,
-	agentproto.CodeUnimplemented: 501, agentproto.CodeInternal: 500, agentproto.CodeUnavailable: 503,
+	agentproto.CodeUnauthenticated: 401, agentproto.CodeUnimplemented: 501, agentproto.CodeInternal: 500, agentproto.CodeUnavailable: 503,
 }
 
 // Status is the HTTP status of a unary call that failed with code; 0 for

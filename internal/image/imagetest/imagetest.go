@@ -61,8 +61,8 @@ func Layer(entries ...Entry) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
 }
 
-// BusyboxImage is a root of busybox and its applets, an /etc with root,
-// /tmp, and layers on top of it; env and workdir in its configuration.
+// BusyboxImage is a root of busybox and its applets, an /etc with root
+// and app (1500, home /home/app), /tmp, and layers on top of it; env and workdir in its configuration.
 func BusyboxImage(env []string, workdir string, top ...v1.Layer) (v1.Image, error) {
 	entries, err := busyboxEntries()
 	if err != nil {
@@ -97,8 +97,10 @@ func busyboxEntries() ([]Entry, error) {
 		{Name: "bin/busybox", Body: string(bin), Mode: 0o755},
 		// The E2B SDK runs every command as bash -l -c: busybox's sh serves.
 		{Name: "bin/bash", Body: "#!/bin/sh\nexec /bin/sh \"$@\"\n", Mode: 0o755},
-		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\n"},
-		{Name: "etc/group", Body: "root:x:0:\n"},
+		// A user of the image's own, as many images have (node, app…).
+		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\napp:x:1500:1500::/home/app:/bin/sh\n"},
+		{Name: "etc/group", Body: "root:x:0:\napp:x:1500:\n"},
+		{Name: "home/", Type: tar.TypeDir}, {Name: "home/app/", Type: tar.TypeDir, Mode: 0o755, UID: 1500},
 	}
 	for _, a := range Applets {
 		entries = append(entries, Entry{Name: "bin/" + a, Type: tar.TypeSymlink, Link: "busybox"})
