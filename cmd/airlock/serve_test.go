@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,6 +51,9 @@ func startServeIn(t *testing.T, lab *nettest.Lab, stateDir string, args ...strin
 func startServeKey(t *testing.T, lab *nettest.Lab, key, stateDir string, args ...string) *server {
 	t.Helper()
 	airlocktest.RequiresRoot(t)
+	if lab == nil {
+		args = sealed(t, args)
+	}
 	cmd := exec.Command(airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir}, args...)...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_API_KEY="+key)
 	out, err := cmd.StdoutPipe()
@@ -81,6 +85,44 @@ func startServeKey(t *testing.T, lab *nettest.Lab, key, stateDir string, args ..
 	}
 	go io.Copy(io.Discard, out)
 	return s
+}
+
+// sealed returns serve's args with a config that seals the server
+// (network.default "none"), merged into the --config they name, if any.
+// A server outside a lab of the test's own gives its sandboxes no
+// network, so that nothing a test runs in them can leave the host.
+func sealed(t *testing.T, args []string) []string {
+	t.Helper()
+	args = slices.Clone(args)
+	cfg := map[string]any{}
+	at := slices.Index(args, "--config")
+	if at >= 0 {
+		data, err := os.ReadFile(args[at+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	network, _ := cfg["network"].(map[string]any)
+	if network == nil {
+		network = map[string]any{}
+	}
+	if _, set := network["default"]; !set {
+		network["default"] = "none"
+	}
+	cfg["network"] = network
+	data, _ := json.Marshal(cfg)
+	path := filepath.Join(t.TempDir(), "sealed.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if at >= 0 {
+		args[at+1] = path
+		return args
+	}
+	return append([]string{"--config", path}, args...)
 }
 
 // stop ends the server with SIGTERM and checks it leaves nothing behind.
