@@ -15,7 +15,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -86,12 +88,17 @@ func packages(dir string) (http.Handler, error) {
 	files["/npm/"+NPMPackage] = doc
 	files["/npm/"+NPMPackage+"/-/"+tgzName] = tgz
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		data, ok := files[r.URL.Path]
+		// apt asks a flat repository ("deb URL ./") for URL/./Packages.
+		name := path.Clean(r.URL.Path)
+		if strings.HasSuffix(r.URL.Path, "/") && name != "/" {
+			name += "/"
+		}
+		data, ok := files[name]
 		if !ok {
 			http.NotFound(w, r)
 			return
 		}
-		if filepath.Ext(r.URL.Path) == "" && r.URL.Path[len(r.URL.Path)-1] == '/' {
+		if filepath.Ext(name) == "" && strings.HasSuffix(name, "/") {
 			w.Header().Set("Content-Type", "text/html")
 		}
 		w.Write(data)

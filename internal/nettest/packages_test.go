@@ -41,9 +41,10 @@ func TestPackageServers(t *testing.T) {
 		data, _ := io.ReadAll(resp.Body)
 		return data
 	}
-	// apt: the Packages entry names the .deb by its hash, dpkg reads it.
-	pkgs := string(get("/debian/Packages"))
-	deb := get("/debian/" + AptPackage + "_1.0_all.deb")
+	// apt: the Packages entry names the .deb by its hash, dpkg reads it;
+	// apt asks a flat repository ("deb URL ./") for URL/./Packages.
+	pkgs := string(get("/debian/./Packages"))
+	deb := get("/debian/./" + AptPackage + "_1.0_all.deb")
 	if !strings.Contains(pkgs, "SHA256: "+sha256hex(deb)) {
 		t.Errorf("Packages does not name the .deb's hash:\n%s", pkgs)
 	}
