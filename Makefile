@@ -39,7 +39,7 @@ MODULE := github.com/airlock-sandbox/airlock
 NEEDS_CLONE := cmd/airlock internal/archtest
 UNPRIVILEGED = $(filter-out $(addprefix $(MODULE)/,$(NEEDS_CLONE)),$(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...))
 
-.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause bench-cluster fuzz clean
+.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster fuzz clean
 
 all: build
 
@@ -155,7 +155,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability bench-density bench-cluster
+bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -172,6 +172,11 @@ bench-net: deps build runsc
 # each backend, against base in the same run.
 bench-template: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-template.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-template.mjs
+
+# The stock templates on the Debian root against the jail: pool claims,
+# memory per idle sandbox, the code interpreter's first cells.
+bench-stock: deps build stock
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench-stock.mjs
 
 # Reliability in full: a burst of 100 creates, 500 create/exec/kill cycles
 # and what each resource held before and after, recovery from kill -9,
