@@ -51,7 +51,8 @@ apt_install() {
 # patch_tslab makes tslab (the version NPM_PACKAGE pins) answer as
 # Jupyter's kernels, and E2B's JavaScript kernel, do: a cell's last value
 # is its result (execute_result, util.inspect's text), not a line it
-# prints; and a cell sent after one that failed runs, rather than being
+# prints; an exception is the cell's error (its name, message and stack),
+# not only text on stderr; and a cell sent after one that failed runs, rather than being
 # aborted for 200 ms (those queued behind it still are, as Jupyter's are).
 # Each edit must apply exactly once.
 patch_tslab() {
@@ -59,17 +60,20 @@ patch_tslab() {
 	edit "$dist/executor.js" 'console.log(ret);' \
 		'const show = require("./jupyter").lastWriteDisplayData; if (show) show({ data: { "text/plain": require("util").inspect(ret) }, metadata: {} }, false, true); else console.log(ret);'
 	edit "$dist/jupyter.js" 'const writeDisplayData = (data, update) => {' 'const writeDisplayData = (data, update, result) => {'
+	edit "$dist/executor.js" 'console.error(e);' \
+		'const pub = require("./jupyter").lastWriteDisplayData; if (pub && e instanceof Error) pub({ ename: e.name, evalue: e.message, traceback: String(e.stack).split("\n") }, false, "error"); else console.error(e);' 2
 	edit "$dist/jupyter.js" 'reply.header.msg_type = update ? "update_display_data" : "display_data";' \
-		'reply.header.msg_type = result ? "execute_result" : update ? "update_display_data" : "display_data";'
-	edit "$dist/jupyter.js" 'reply.content = data;' 'reply.content = result ? Object.assign({ execution_count: null }, data) : data;'
+		'reply.header.msg_type = result === "error" ? "error" : result ? "execute_result" : update ? "update_display_data" : "display_data";'
+	edit "$dist/jupyter.js" 'reply.content = data;' 'reply.content = result === true ? Object.assign({ execution_count: null }, data) : data;'
 	edit "$dist/jupyter.js" 'this.execQueue.reset(200);' 'this.execQueue.reset();'
 }
 
-# edit replaces the one occurrence of OLD in FILE with NEW, or fails.
+# edit replaces the COUNT (default 1) occurrences of OLD in FILE with
+# NEW, or fails.
 edit() {
-	local file=$1 old=$2 new=$3
-	OLD=$old NEW=$new perl -0pi -e '$n = s/\Q$ENV{OLD}\E/$ENV{NEW}/g; END { exit($n == 1 ? 0 : 1) }' "$file" ||
-		{ echo "make.sh: $file: the edit of \"$old\" does not apply once" >&2; exit 1; }
+	local file=$1 old=$2 new=$3 count=${4:-1}
+	OLD=$old NEW=$new COUNT=$count perl -0pi -e '$n = s/\Q$ENV{OLD}\E/$ENV{NEW}/g; END { exit($n == $ENV{COUNT} ? 0 : 1) }' "$file" ||
+		{ echo "make.sh: $file: the edit of \"$old\" does not apply $count time(s)" >&2; exit 1; }
 }
 
 case $stage in

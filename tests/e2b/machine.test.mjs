@@ -118,10 +118,14 @@ test('code-interpreter-v1: npm install, then require in a JavaScript cell; top-l
     const ts = await sbx.runCode('const n: number = 6 * 7\nn', { language: 'ts' })
     assert.equal(ts.error, undefined, ts.error?.traceback)
     assert.equal(ts.text, '42')
-    // A cell after a failed one runs (tslab, patched: it aborted cells
-    // for 200 ms after an error).
+    // An exception is the cell's error, by its name and message, and a
+    // cell after a failed one runs (tslab, patched: it wrote the error
+    // on stderr alone, and aborted cells for 200 ms after it).
     const bad = await sbx.runCode("throw new TypeError('boom')", { language: 'js' })
-    assert.ok(bad.error, 'a thrown error fails its cell')
+    assert.equal(bad.error?.name, 'TypeError', JSON.stringify(bad))
+    assert.equal(bad.error?.value, 'boom')
+    const late = await sbx.runCode("await Promise.reject(new RangeError('late'))", { language: 'js' })
+    assert.equal(late.error?.name, 'RangeError', JSON.stringify(late))
     assert.equal((await sbx.runCode('1 + 1', { language: 'js' })).text, '2')
     const env = await sbx.runCode('process.env.CELL_VAR', { language: 'js', envs: { CELL_VAR: 'set for one cell' } })
     assert.equal(env.text, 'set for one cell')
