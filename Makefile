@@ -39,7 +39,7 @@ MODULE := github.com/airlock-sandbox/airlock
 NEEDS_CLONE := cmd/airlock internal/archtest
 UNPRIVILEGED = $(filter-out $(addprefix $(MODULE)/,$(NEEDS_CLONE)),$(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...))
 
-.PHONY: all build console deps kernels runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-reliability bench-density bench-pause bench-cluster fuzz clean
+.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster fuzz clean
 
 all: build
 
@@ -63,7 +63,7 @@ build: console
 # The code interpreter's kernels beyond Debian's Python and R ones, where
 # every sandbox that sees the host's /usr finds them: Deno's (JavaScript
 # and TypeScript, from npm at the version kernels/package-lock.json pins)
-# and Airlock's Bash kernel (kernels/bash).
+# and Airlock's Bash kernel (internal/stock/bash).
 KERNELSPECS := /usr/local/share/jupyter/kernels
 DENO := /usr/local/lib/airlock/deno/deno
 
@@ -71,8 +71,8 @@ kernels:
 	cd kernels && npm ci --no-audit --no-fund --ignore-scripts >/dev/null
 	cmp -s kernels/node_modules/@deno/linux-x64-glibc/deno $(DENO) || install -D -m 0755 kernels/node_modules/@deno/linux-x64-glibc/deno $(DENO)
 	install -D -m 0644 kernels/deno/kernel.json $(KERNELSPECS)/deno/kernel.json
-	install -D -m 0644 kernels/bash/kernel.json $(KERNELSPECS)/bash/kernel.json
-	install -D -m 0644 kernels/bash/airlock_bash_kernel.py $(KERNELSPECS)/bash/airlock_bash_kernel.py
+	install -D -m 0644 internal/stock/bash/kernel.json $(KERNELSPECS)/bash/kernel.json
+	install -D -m 0644 internal/stock/bash/airlock_bash_kernel.py $(KERNELSPECS)/bash/airlock_bash_kernel.py
 
 # Installs only what is missing; needs root and Debian's apt.
 deps:
@@ -85,6 +85,17 @@ deps:
 	$(MAKE) --no-print-directory kernels
 
 test: test-go test-sdk test-cluster
+
+# The stock templates' Debian root (internal/stock: debootstrap and apt
+# from this host's apt sources, with E2B's base tools and the code
+# interpreter's packages), made once per package list and kept outside
+# the clone, where a fresh clone finds it; daemons given the cache
+# ($AIRLOCK_STOCK_CACHE) share it read-only.
+STOCK_CACHE ?= /var/cache/airlock/stock
+export AIRLOCK_STOCK_CACHE := $(STOCK_CACHE)
+
+stock: build
+	$(BIN) template stock --cache $(STOCK_CACHE)
 
 runsc: $(RUNSC)
 
@@ -106,7 +117,7 @@ test-unprivileged: deps
 # template tests of aptInstall and pipInstall: made once, kept in .cache.
 DEBIAN_ROOT := $(CURDIR)/.cache/debian-root
 
-test-sdk: deps build runsc
+test-sdk: deps build runsc stock
 	tests/fixtures/debian-root.sh $(DEBIAN_ROOT)
 	cd tests/e2b && npm ci --no-audit --no-fund && export AIRLOCK_DEBIAN_ROOT=$(DEBIAN_ROOT) && \
 		../../$(NETLAB) npm test && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) npm test
@@ -144,7 +155,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-pause bench-reliability bench-density bench-cluster
+bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -161,6 +172,11 @@ bench-net: deps build runsc
 # each backend, against base in the same run.
 bench-template: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-template.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-template.mjs
+
+# The stock templates on the Debian root against the jail: pool claims,
+# memory per idle sandbox, the code interpreter's first cells.
+bench-stock: deps build stock
+	cd tests/e2b && npm ci --no-audit --no-fund && node bench-stock.mjs
 
 # Reliability in full: a burst of 100 creates, 500 create/exec/kill cycles
 # and what each resource held before and after, recovery from kill -9,

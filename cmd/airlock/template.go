@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/stock"
 )
 
 const templateUsage = `usage: airlock template <command> [flags]
@@ -25,6 +27,11 @@ commands:
   import NAME PATH        import a docker save archive or an OCI image layout directory
   list                    list the templates
   rm     NAME             remove a template (and the layers no other template has)
+  stock                   make the stock templates' Debian root now (airlock serve with
+                          stock.root "debian" makes it at its first start), or find it made
+
+flags of stock:
+  --cache DIR             where made roots are kept (default STATE-DIR/stock, $AIRLOCK_STOCK_CACHE)
 
 flags (every command):
   --state-dir DIR         where templates are kept (default /var/lib/airlock, $AIRLOCK_STATE_DIR)
@@ -68,6 +75,7 @@ func templateCmd(args []string) error {
 	contextDir := fs.String("context", "", "build context")
 	noCache := fs.Bool("no-cache", false, "do not reuse an earlier build")
 	netMode := fs.String("net", "internet", "the build's network")
+	cache := fs.String("cache", os.Getenv("AIRLOCK_STOCK_CACHE"), "where stock roots are kept")
 	// Flags may come before, between or after the arguments.
 	var a []string
 	for rest := args[1:]; ; {
@@ -79,10 +87,10 @@ func templateCmd(args []string) error {
 		}
 		a, rest = append(a, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"build": 1, "pull": 2, "import": 2, "list": 0, "ls": 0, "rm": 1}
+	want := map[string]int{"build": 1, "pull": 2, "import": 2, "list": 0, "ls": 0, "rm": 1, "stock": 0}
 	n, ok := want[args[0]]
 	if !ok {
-		return usageError{fmt.Sprintf("unknown template command %q (build, pull, import, list, rm)", args[0])}
+		return usageError{fmt.Sprintf("unknown template command %q (build, pull, import, list, rm, stock)", args[0])}
 	}
 	if len(a) != n {
 		return usageError{fmt.Sprintf("template %s takes %d argument(s), got %d", args[0], n, len(a))}
@@ -92,12 +100,16 @@ func templateCmd(args []string) error {
 			return usageError{err.Error()}
 		}
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "stock": // its own store, not the state directory's
+		return stockRoot(ctx, *stateDir, *cache)
+	}
 	store, err := openImages(*stateDir)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var img *image.Image
 	switch args[0] {
 	case "build":
@@ -141,5 +153,29 @@ func templateCmd(args []string) error {
 		return err
 	}
 	fmt.Printf("%s: %d layers, %s\n", img.Name, len(img.Layers), policy.FormatSize(img.Size))
+	return nil
+}
+
+// stockRoot makes the stock templates' Debian root in cache, unless it
+// is there, and says where it is and what it holds.
+func stockRoot(ctx context.Context, stateDir, cache string) error {
+	if cache == "" {
+		cache = filepath.Join(stateDir, "stock")
+	}
+	if !filepath.IsAbs(cache) {
+		return usageError{fmt.Sprintf("stock cache %q is not an absolute path", cache)}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	store, err := stock.Open(ctx, cache, log)
+	if err != nil {
+		return err
+	}
+	for _, n := range []string{stock.Base, stock.Interpreter} {
+		img, err := store.Get(n)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d layers, %s\n", img.Name, len(img.Layers), policy.FormatSize(img.Size))
+	}
 	return nil
 }

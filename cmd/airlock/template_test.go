@@ -131,6 +131,8 @@ func TestTemplateBadInput(t *testing.T) {
 		{[]string{"template", "import", "bb", "/nonexistent-airlock-archive"}, "image archive"},
 		{[]string{"template", "rm", "nope"}, `no such template "nope"`},
 		{[]string{"template", "list", "--state-dir", "relative"}, "not an absolute path"},
+		{[]string{"template", "stock", "--cache", "cache"}, `stock cache "cache" is not an absolute path`},
+		{[]string{"template", "stock", "extra"}, "template stock takes 0 argument(s), got 1"},
 	} {
 		args := append(tc.args, "--state-dir", state)
 		if len(tc.args) > 1 && tc.args[len(tc.args)-2] == "--state-dir" {

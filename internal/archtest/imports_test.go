@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	// and template use backends and the image store directly.
 	"cmd/airlock": {"internal/daemon", "internal/config", "internal/apikey", "internal/clusterbin",
 		"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces", "internal/layout",
-		"internal/netpolicy", "internal/policy", "internal/image", "internal/build"},
+		"internal/netpolicy", "internal/policy", "internal/image", "internal/build", "internal/stock"},
 	// A cluster on Kubernetes: the only binary that links client-go.
 	"cmd/airlock-cluster": {"internal/cluster", "internal/console", "internal/apikey", "internal/httpserve"},
 	"tests/netlab":        {"internal/nettest"},
@@ -102,6 +102,9 @@ var allowed = map[string][]string{
 	// What a sandbox changed of its image's root, as a layer: a leaf.
 	"internal/ocilayer":        {},
 	"internal/image/imagetest": {},
+	// The stock templates' Debian root, made on the host into an image
+	// store of its own.
+	"internal/stock": {"internal/image", "internal/layout", "internal/ocilayer"},
 
 	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto", "internal/sandboxid"},
 	// The daemon's settings and their precedence: what they become is
@@ -112,7 +115,7 @@ var allowed = map[string][]string{
 	"internal/daemon": {"internal/config", "internal/apikey", "internal/backend", "internal/backend/gvisor",
 		"internal/backend/namespaces", "internal/cgroups", "internal/sandbox", "internal/sandboxid", "internal/policy",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/httpapi",
-		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin"},
+		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock"},
 	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.

@@ -54,6 +54,8 @@ type Config struct {
 	// a keep-alive connection idle that long between requests (0: 2m).
 	MaxConnections int      `json:"maxConnections"`
 	IdleTimeout    Duration `json:"idleTimeout"`
+	// Stock is what base and code-interpreter-v1 run on.
+	Stock Stock `json:"stock"`
 
 	// What no config file holds. APIKey is the key clients must present
 	// ($AIRLOCK_API_KEY); "": the one kept in the state directory.
@@ -133,6 +135,25 @@ type Network struct {
 	ConnectionRate string `json:"connectionRate"`
 }
 
+// Stock is the root of the stock templates, base and
+// code-interpreter-v1.
+type Stock struct {
+	// Root: "jail" (the default), the host's /usr read-only, as the jail
+	// template; or "debian", a Debian root with root and sudo inside,
+	// made by the daemon with debootstrap from the host's apt sources at
+	// its first start (minutes, once) and kept in Cache.
+	Root string `json:"root"`
+	// Cache keeps made roots, one per package list ("": STATE-DIR/stock);
+	// daemons that name one directory share its roots, read-only.
+	Cache string `json:"cache"`
+}
+
+// The stock roots.
+const (
+	StockJail   = "jail"
+	StockDebian = "debian"
+)
+
 // Template overrides a template's limits and pool size; a field that is
 // absent keeps the default, one that is present is validated.
 type Template struct {
@@ -199,8 +220,12 @@ func (z *Size) UnmarshalJSON(b []byte) error {
 // while they wait in the pool.
 const CodeInterpreter = "code-interpreter-v1"
 
+// Jail is the template of the host's /usr, read-only, as user only: the
+// smallest and fastest sandbox.
+const Jail = "jail"
+
 // Builtin are the templates every server has.
-var Builtin = []string{"base", CodeInterpreter}
+var Builtin = []string{"base", CodeInterpreter, Jail}
 
 // Default is the configuration of a server started without one.
 func Default() Config {

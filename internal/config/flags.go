@@ -93,6 +93,8 @@ func Resolve(env func(string) string, f *Flags) (Config, error) {
 	cfg.APIKey = env("AIRLOCK_API_KEY")
 	set(&cfg.Listen, env("AIRLOCK_LISTEN"))
 	set(&cfg.StateDir, env("AIRLOCK_STATE_DIR"))
+	set(&cfg.Stock.Root, env("AIRLOCK_STOCK_ROOT"))
+	set(&cfg.Stock.Cache, env("AIRLOCK_STOCK_CACHE"))
 	cfg.Node.Name, cfg.Node.Advertise = env("AIRLOCK_NODE_NAME"), env("AIRLOCK_ADVERTISE")
 	// The flags.
 	set(&cfg.Listen, f.Listen)

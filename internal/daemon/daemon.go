@@ -137,6 +137,9 @@ func (d *Daemon) check() error {
 	if d.tls, err = serverTLS(cfg); err != nil {
 		return configError(err)
 	}
+	if err := checkStock(cfg.Stock); err != nil {
+		return err
+	}
 	if cfg.Node.Name != "" {
 		d.mcfg.IDPrefix = sandboxid.NodePrefix(cfg.Node.Name)
 	}
@@ -167,10 +170,20 @@ func (d *Daemon) start(ctx context.Context) error {
 	if cfg.TemplatePoolSize != nil {
 		imagePool = *cfg.TemplatePoolSize
 	}
+	// An image's template has base's limits, taken before base is put on
+	// the stock root: an image keeps its own root and environment.
 	for _, t := range d.mcfg.Templates {
 		if t.Name == "base" {
 			d.mcfg.Source = imageTemplates{Store: images, Base: t.Policy, PoolSize: imagePool, ReadyTimeout: time.Duration(d.builds.ReadyTimeout), Backends: d.backends.get}
 		}
+	}
+	stockImages, err := stockTemplates(ctx, cfg, &d.mcfg, d.log)
+	if err != nil {
+		return err
+	}
+	if stockImages != nil {
+		// Templates build on base and code-interpreter-v1 as on images.
+		images.Share(stockImages)
 	}
 	d.backends.sweep()
 	if d.key, err = apiKey(cfg.APIKey, cfg.StateDir); err != nil {

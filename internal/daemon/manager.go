@@ -65,6 +65,11 @@ func managerConfig(cfg *config.Config, backendFor func(name string) (sandbox.Bac
 				t.Backend = b
 			}
 		}
+		if name == config.Jail && cfg.Stock.Root != config.StockDebian {
+			// base is the same sandbox, pooled: a second pool of it would
+			// only hold memory (a create of jail starts one cold).
+			t.PoolSize = 0
+		}
 		if name == config.CodeInterpreter {
 			// Its agent starts a Python kernel while the sandbox waits in
 			// the pool (importing ipykernel alone costs ~0.4 s).

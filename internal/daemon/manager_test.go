@@ -36,6 +36,33 @@ func TestManager(t *testing.T) {
 	if ci.Name != config.CodeInterpreter || ci.PoolSize != 2 || !strings.Contains(strings.Join(ci.Policy.Env, " "), agentproto.PrestartEnv+"=python") {
 		t.Errorf("code interpreter template %+v, want the default pool and a prestarted Python kernel", ci)
 	}
+	// On the default stock root the jail is base, which is pooled: it has
+	// no pool of its own.
+	if jail := mc.Templates[2]; jail.Name != config.Jail || jail.PoolSize != 0 || jail.Policy.Root || len(jail.Policy.RootLayers) != 0 {
+		t.Errorf("jail template %+v, want the host's /usr, as user, with no pool of its own", jail)
+	}
+	cfg.Stock.Root = config.StockDebian
+	if mc, err = managerConfig(&cfg, noBackend); err != nil || mc.Templates[2].PoolSize != 2 {
+		t.Errorf("with the Debian stock root, the jail keeps a pool of its own: %+v, %v", mc.Templates[2], err)
+	}
+}
+
+func TestCheckStock(t *testing.T) {
+	for _, tc := range []struct {
+		stock config.Stock
+		want  string
+	}{
+		{config.Stock{}, ""},
+		{config.Stock{Root: "jail"}, ""},
+		{config.Stock{Root: "debian", Cache: "/var/cache/airlock/stock"}, ""},
+		{config.Stock{Root: "ubuntu"}, `stock.root "ubuntu": want "jail" or "debian"`},
+		{config.Stock{Root: "debian", Cache: "cache"}, `stock.cache "cache" is not an absolute path`},
+	} {
+		err := checkStock(tc.stock)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
+			t.Errorf("%+v: got %v, want %q", tc.stock, err, tc.want)
+		}
+	}
 }
 
 func TestManagerRefusesBadConfigs(t *testing.T) {

@@ -33,7 +33,13 @@ func ServeMCP(ctx context.Context, cfg config.Config, t sdk.Transport, opts Opti
 	if err := backends.checkStateDir(cfg.StateDir); err != nil {
 		return err
 	}
+	if err := checkStock(cfg.Stock); err != nil {
+		return err
+	}
 	if err := openStateDir(ctx, cfg.StateDir, backends, log); err != nil {
+		return err
+	}
+	if _, err := stockTemplates(ctx, &cfg, &mcfg, log); err != nil {
 		return err
 	}
 	m := sandbox.NewManager(mcfg, isolation, log)

@@ -298,3 +298,63 @@ func TestPruneWaitsForHold(t *testing.T) {
 		t.Fatalf("a prune once released: %v, layer there: %v", err, dirExists(dir))
 	}
 }
+
+// A store that shares another's (the stock templates') finds its images
+// and layers, builds on them, and never lists, removes or prunes them.
+func TestSharedStore(t *testing.T) {
+	stock, own := openStore(t), openStore(t)
+	img, err := stock.Put(t.Context(), "stock", "test", imageOf(t, layerOf(t, base...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.Get("stock"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("before Share: got %v, want ErrNotFound", err)
+	}
+	own.Share(stock)
+	got, err := own.Get("stock")
+	if err != nil || got.Layers[0] != img.Layers[0] {
+		t.Fatalf("Get of a shared image: %+v, %v", got, err)
+	}
+	// An image of own's own, built on the shared one's layer.
+	id, _, err := own.AddLayer(bytes.NewReader(tarOf(t, top...)), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := &Image{Name: "built", Layers: []string{img.Layers[0], id}}
+	if err := own.Save(built); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := own.LayerDirs(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(dirs[0], own.dir) || !strings.HasPrefix(dirs[1], stock.dir) {
+		t.Errorf("layer dirs %v: want own's top layer above the shared base", dirs)
+	}
+	if list, _ := own.List(); len(list) != 1 || list[0].Name != "built" {
+		t.Errorf("List: %v, want only own's image", list)
+	}
+	if err := own.Remove("stock"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Remove of a shared image: %v, want ErrNotFound", err)
+	}
+	if err := own.Remove("built"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stock.LayerDirs(img); err != nil {
+		t.Errorf("the shared layer is gone after own's prune: %v", err)
+	}
+}
+
+func tarOf(t *testing.T, entries ...entry) []byte {
+	t.Helper()
+	rc, err := layerOf(t, entries...).Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

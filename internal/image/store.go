@@ -93,7 +93,15 @@ type Config struct {
 type Store struct {
 	dir    string
 	limits Limits
+	// shared are stores whose images and layers this one uses read-only
+	// (Share): those of the stock templates, made once for many daemons.
+	shared []*Store
 }
+
+// Share lets s use other's images and layers, read-only: Get and
+// LayerDirs look there for what s lacks, so that s's templates may be
+// built from other's images; s never writes, lists or prunes them.
+func (s *Store) Share(other *Store) { s.shared = append(s.shared, other) }
 
 // Open returns the store in dir, making it if needed.
 func Open(dir string, lim Limits) (*Store, error) {
@@ -423,16 +431,30 @@ func (s *Store) layerDir(diffID string) (string, error) {
 func (s *Store) LayerDirs(img *Image) ([]string, error) {
 	var dirs []string
 	for _, id := range slices.Backward(img.Layers) {
-		d, err := s.layerDir(id)
+		d, err := s.findLayer(id)
 		if err != nil {
-			return nil, err
-		}
-		if !dirExists(d) {
-			return nil, fmt.Errorf("layer %s of %s is missing from the store", id, img.Name)
+			return nil, fmt.Errorf("layer %s of %s: %w", id, img.Name, err)
 		}
 		dirs = append(dirs, d)
 	}
 	return dirs, nil
+}
+
+// findLayer is the directory of layer id, in s or a store it shares.
+func (s *Store) findLayer(id string) (string, error) {
+	d, err := s.layerDir(id)
+	if err != nil {
+		return "", err
+	}
+	if dirExists(d) {
+		return d, nil
+	}
+	for _, o := range s.shared {
+		if d, err := o.findLayer(id); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("missing from the store")
 }
 
 // Apply makes p a policy for sandboxes of img: its layers as the root,
@@ -488,6 +510,11 @@ func (s *Store) Get(n string) (*Image, error) {
 	}
 	data, err := os.ReadFile(s.imagePath(n))
 	if errors.Is(err, os.ErrNotExist) {
+		for _, o := range s.shared {
+			if img, err := o.Get(n); err == nil {
+				return img, nil
+			}
+		}
 		return nil, fmt.Errorf("%w %q", ErrNotFound, n)
 	}
 	if err != nil {
@@ -519,10 +546,12 @@ func (s *Store) List() ([]*Image, error) {
 
 // Remove deletes the image called n, then the layers no image has.
 func (s *Store) Remove(n string) error {
-	if _, err := s.Get(n); err != nil {
+	if err := CheckName(n); err != nil {
 		return err
 	}
-	if err := os.Remove(s.imagePath(n)); err != nil {
+	if err := os.Remove(s.imagePath(n)); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w %q", ErrNotFound, n) // a shared store's image too: not s's to remove
+	} else if err != nil {
 		return err
 	}
 	return s.Prune()

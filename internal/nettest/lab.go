@@ -46,6 +46,7 @@ var (
 	DeniedAddr   = netip.MustParseAddr("203.0.113.20") // denied.test
 	OtherAddr    = netip.MustParseAddr("203.0.113.30") // other.test
 	CIDRAddr     = netip.MustParseAddr("198.51.100.7") // a host allowed by address only
+	PackagesAddr = netip.MustParseAddr("203.0.113.40") // packages.test: apt, pip and npm (packages.go)
 	PrivateAddr  = netip.MustParseAddr("10.99.0.5")    // a private-range host; rebind.test points here
 	MetadataAddr = netip.MustParseAddr("169.254.169.254")
 )
@@ -64,6 +65,7 @@ var Names = map[string]netip.Addr{
 	"denied.test":      DeniedAddr,
 	"other.test":       OtherAddr,
 	"rebind.test":      PrivateAddr,
+	"packages.test":    PackagesAddr,
 }
 
 // Aliases are names the internet's DNS answers with a CNAME to another
@@ -217,7 +219,7 @@ func (l *Lab) wire() error {
 		return fmt.Errorf("host default route: %w", err)
 	}
 	var extra []string
-	for _, a := range []netip.Addr{DNSAddr, AllowedAddr, DeniedAddr, OtherAddr, CIDRAddr, PrivateAddr, MetadataAddr} {
+	for _, a := range []netip.Addr{DNSAddr, AllowedAddr, DeniedAddr, OtherAddr, CIDRAddr, PrivateAddr, MetadataAddr, PackagesAddr} {
 		extra = append(extra, a.String()+"/32")
 	}
 	if _, err := up(in, "lo", extra...); err != nil {
@@ -270,16 +272,25 @@ func (l *Lab) startServers() error {
 	if err != nil {
 		return fmt.Errorf("lab servers: %w", err)
 	}
-	l.serveWeb(httpLn, tlsLn, bannerLn, certs)
+	pkgs, err := packages(l.dir)
+	if err != nil {
+		return fmt.Errorf("lab package servers: %w", err)
+	}
+	l.serveWeb(httpLn, tlsLn, bannerLn, certs, pkgs)
 	return l.serveDNS(dnsPC, dnsLn)
 }
 
 // serveWeb serves the lab's HTTP, HTTPS and banner servers on their
 // listeners until the lab closes.
-func (l *Lab) serveWeb(httpLn, tlsLn, bannerLn net.Listener, certs []tls.Certificate) {
+func (l *Lab) serveWeb(httpLn, tlsLn, bannerLn net.Listener, certs []tls.Certificate, pkgs http.Handler) {
 	// Every answer says which address it came from and for which name;
-	// /bytes?n=N answers N bytes, for throughput.
+	// /bytes?n=N answers N bytes, for throughput. packages.test is the
+	// package servers'.
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if host, _, err := net.SplitHostPort(r.Host); err == nil && host == "packages.test" || r.Host == "packages.test" {
+			pkgs.ServeHTTP(w, r)
+			return
+		}
 		if r.URL.Path == "/bytes" {
 			n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))

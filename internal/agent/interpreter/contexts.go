@@ -32,6 +32,9 @@ func (s *Service) startKernel(ctx context.Context, c *codeContext) error {
 	if err != nil {
 		return fmt.Errorf("no Jupyter kernel for %s is installed", c.lang.name)
 	}
+	if nodeKernel(spec.Argv) {
+		c.lang = onNode(c.lang)
+	}
 	k, err := jupyter.Start(ctx, spec, jupyter.Options{
 		Cwd: c.Cwd, Env: s.env.For(kernelEnv),
 		// Kernels run as the sandbox user, whoever the agent is.

@@ -73,6 +73,9 @@ type lines struct {
 	fl       http.Flusher
 	errored  bool
 	interval time.Duration // of keepalives
+	// replyErr is the reply's error when it named none: written at the
+	// end, unless the kernel publishes the error itself meanwhile.
+	replyErr map[string]any
 }
 
 // newLines answers 200 with the stream's headers, at once.
@@ -101,6 +104,18 @@ func (l *lines) write(v map[string]any) {
 	if l.fl != nil {
 		l.fl.Flush()
 	}
+}
+
+// end writes the execution's end, after the reply's error if the kernel
+// published none.
+func (l *lines) end() {
+	l.mu.Lock()
+	v := l.replyErr
+	l.mu.Unlock()
+	if v != nil {
+		l.write(v)
+	}
+	l.write(map[string]any{"type": "end_of_execution"})
 }
 
 // fail writes an error of name with value, and the execution's end.
@@ -141,7 +156,17 @@ func (l *lines) output(o jupyter.Output) {
 	json.Unmarshal(o.Content, &rep)
 	switch rep.Status {
 	case "error":
-		l.write(map[string]any{"type": "error", "name": rep.Ename, "value": rep.Evalue, "traceback": joinTraceback(rep.Traceback)})
+		v := map[string]any{"type": "error", "name": rep.Ename, "value": rep.Evalue, "traceback": joinTraceback(rep.Traceback)}
+		if rep.Ename == "" && rep.Evalue == "" {
+			// The reply (shell socket) and the error the kernel publishes
+			// (iopub: its name, message and stack) may arrive in either
+			// order; tslab's reply names nothing.
+			l.mu.Lock()
+			l.replyErr = v
+			l.mu.Unlock()
+			return
+		}
+		l.write(v)
 	case "aborted", "abort":
 		l.write(map[string]any{"type": "error", "name": "ExecutionAborted", "value": "the execution was aborted", "traceback": ""})
 	}
@@ -184,7 +209,7 @@ func (s *Service) run(ctx context.Context, c *codeContext, req *agentproto.Execu
 	err := c.kernel.Execute(ctx, req.Code, out.output)
 	switch {
 	case err == nil:
-		out.write(map[string]any{"type": "end_of_execution"})
+		out.end()
 	case errors.Is(err, jupyter.ErrKernelDied):
 		c.kernel.Kill()
 		c.kernel = nil

@@ -181,6 +181,30 @@ func TestLinesOneError(t *testing.T) {
 	}
 }
 
+// TestLinesReplyErrorLast: a reply's error that names nothing does not
+// stand for the error the kernel publishes after it (sockets apart: in
+// either order); it is written at the end if none came.
+func TestLinesReplyErrorLast(t *testing.T) {
+	reply := jupyter.Output{Type: "execute_reply", Content: json.RawMessage(`{"status":"error"}`)}
+	published := jupyter.Output{Type: "error", Content: json.RawMessage(`{"ename":"TypeError","evalue":"boom","traceback":["TypeError: boom"]}`)}
+	for _, order := range [][]jupyter.Output{{reply, published}, {published, reply}, {reply}} {
+		w := httptest.NewRecorder()
+		l := newLines(w)
+		for _, o := range order {
+			l.output(o)
+		}
+		l.end()
+		body := w.Body.String()
+		want := `"name":"TypeError"`
+		if len(order) == 1 {
+			want = `"name":""`
+		}
+		if strings.Count(body, `"type":"error"`) != 1 || !strings.Contains(body, want) || !strings.HasSuffix(body, `{"type":"end_of_execution"}`+"\n") {
+			t.Errorf("%d outputs: got %s, want one error with %s, then the end", len(order), body, want)
+		}
+	}
+}
+
 // TestLinesKeepalive: a keepalive every interval until stopped.
 func TestLinesKeepalive(t *testing.T) {
 	w := httptest.NewRecorder()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -33,7 +34,8 @@ type language struct {
 var pythonStartup []byte
 
 // languages are those of E2B's code interpreter. JavaScript and
-// TypeScript run on one kernel, Deno's.
+// TypeScript run on Node (tslab's jslab and tslab kernels, as E2B runs
+// Node's) where the sandbox has it, else on Deno's one kernel (the jail's).
 var languages = map[string]*language{
 	"python": {
 		name: "python", kernels: []string{"python3", "python"},
@@ -44,11 +46,25 @@ var languages = map[string]*language{
 		files:  map[string][]byte{"airlock_startup.py": pythonStartup},
 		setEnv: pythonSetEnv, restoreEnv: pythonRestoreEnv, exportEnv: pythonExportEnv,
 	},
-	"javascript": {name: "javascript", kernels: []string{"deno", "javascript"}, late: denoLate, setEnv: denoSetEnv, restoreEnv: denoRestoreEnv, exportEnv: denoExportEnv},
-	"typescript": {name: "typescript", kernels: []string{"deno", "typescript"}, late: denoLate, setEnv: denoSetEnv, restoreEnv: denoRestoreEnv, exportEnv: denoExportEnv},
+	"javascript": {name: "javascript", kernels: []string{"jslab", "deno", "javascript"}, late: denoLate, setEnv: denoSetEnv, restoreEnv: denoRestoreEnv, exportEnv: denoExportEnv},
+	"typescript": {name: "typescript", kernels: []string{"tslab", "deno", "typescript"}, late: denoLate, setEnv: denoSetEnv, restoreEnv: denoRestoreEnv, exportEnv: denoExportEnv},
 	"r":          {name: "r", kernels: []string{"ir", "r"}, setEnv: rSetEnv, restoreEnv: rRestoreEnv, exportEnv: rExportEnv},
 	"bash":       {name: "bash", kernels: []string{"bash"}, setEnv: bashSetEnv, restoreEnv: bashRestoreEnv, exportEnv: bashExportEnv},
 	"java":       {name: "java", kernels: []string{"java"}},
+}
+
+// onNode is lang as run by tslab's kernels, on Node: process.env is the
+// environment there.
+func onNode(lang *language) *language {
+	l := *lang
+	l.late, l.setEnv, l.restoreEnv, l.exportEnv = 0, nodeSetEnv, nodeRestoreEnv, nodeExportEnv
+	return &l
+}
+
+// nodeKernel reports whether spec starts tslab (its JavaScript or
+// TypeScript kernel).
+func nodeKernel(argv []string) bool {
+	return len(argv) > 0 && path.Base(argv[0]) == "tslab"
 }
 
 // denoLate: Deno's kernel publishes a cell's result after its idle status
@@ -110,6 +126,20 @@ func denoExportEnv(vars map[string]string) string {
 }
 
 const denoRestoreEnv = "for (const [k, v] of globalThis.__airlockSaved ?? []) { if (v === undefined) Deno.env.delete(k); else Deno.env.set(k, v) }\ndelete globalThis.__airlockSaved;\n"
+
+// Node's: valid JavaScript and TypeScript alike (tslab type-checks a
+// TypeScript cell), in a block, so no name is left in the user's scope;
+// what was set is kept through Reflect, which TypeScript lets be any.
+func nodeSetEnv(vars map[string]string) string {
+	return fmt.Sprintf("{ Reflect.set(globalThis, \"__airlockSaved\", Object.entries(%s).map(([k, v]) => { const old = process.env[k]; process.env[k] = v; return [k, old] })) }\n", envJSON(vars))
+}
+
+func nodeExportEnv(vars map[string]string) string {
+	return fmt.Sprintf("{ for (const [k, v] of Object.entries(%s)) process.env[k] = v }\n", envJSON(vars))
+}
+
+const nodeRestoreEnv = "{ for (const [k, v] of Reflect.get(globalThis, \"__airlockSaved\") ?? []) { if (v === undefined) delete process.env[k]; else process.env[k] = v }\n" +
+	"Reflect.deleteProperty(globalThis, \"__airlockSaved\") }\n"
 
 func rSetEnv(vars map[string]string) string {
 	return fmt.Sprintf(".airlock_env <- jsonlite::fromJSON(%s)\n"+

@@ -74,6 +74,20 @@ func TestEnvCode(t *testing.T) {
 			l.restoreEnv + "echo \"AFTER:PLAIN=$PLAIN,QUOTES=${QUOTES-unset}\"\n" + l.exportEnv(map[string]string{"X": "1", "B-AD": "2"}) + "echo $X\n"
 		check(t, runCode(t, "bash", "-c", code))
 	})
+	t.Run("node", func(t *testing.T) {
+		// tslab's kernels run each of these as a cell of its own.
+		l := onNode(languages["javascript"])
+		code := "process.env.PLAIN = 'old'\n" + l.setEnv(hostile) +
+			"for (const k of Object.keys(" + envJSON(hostile) + ").sort()) console.log(k + '=' + process.env[k].replaceAll('\\n', '|'))\n" +
+			l.restoreEnv + "console.log('AFTER:PLAIN=' + process.env.PLAIN + ',QUOTES=' + (process.env.QUOTES ?? 'unset'))\n" +
+			l.exportEnv(map[string]string{"X": "1"}) + "console.log(process.env.X)\n" +
+			"console.log(Object.keys(globalThis).filter((k) => k.startsWith('__airlock')).length + ' left')\n"
+		out := runCode(t, "node", "-e", code)
+		check(t, out)
+		if !strings.Contains(out, "1\n0 left\n") {
+			t.Errorf("the export or the clean-up failed:\n%s", out)
+		}
+	})
 	t.Run("r", func(t *testing.T) {
 		l := languages["r"]
 		if out, err := exec.Command("Rscript", "-e", "library(jsonlite)").CombinedOutput(); err != nil {

@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/internal/config"
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/stock"
+)
+
+// checkStock refuses a stock root the daemon does not know.
+func checkStock(s config.Stock) error {
+	switch s.Root {
+	case "", config.StockJail, config.StockDebian:
+	default:
+		return configErrorf("stock.root %q: want %q or %q", s.Root, config.StockJail, config.StockDebian)
+	}
+	if s.Cache != "" && !filepath.IsAbs(s.Cache) {
+		return configErrorf("stock.cache %q is not an absolute path", s.Cache)
+	}
+	return nil
+}
+
+// stockTemplates puts base and code-interpreter-v1 of mc on the stock
+// root cfg names, and returns the store of its images (nil for the
+// jail). The Debian root is made at the daemon's first start, not at
+// install: a single binary has no make step, and the root is made from
+// the apt sources of the host it runs on. It is made once per package
+// list and kept in the cache, which a host's daemons (and make test's)
+// share.
+func stockTemplates(ctx context.Context, cfg *config.Config, mc *sandbox.Config, log *slog.Logger) (*image.Store, error) {
+	if cfg.Stock.Root != config.StockDebian {
+		return nil, nil
+	}
+	cache := cfg.Stock.Cache
+	if cache == "" {
+		cache = filepath.Join(cfg.StateDir, "stock")
+	}
+	store, err := stock.Open(ctx, cache, log)
+	if err != nil {
+		return nil, err
+	}
+	for i := range mc.Templates {
+		t := &mc.Templates[i]
+		name := map[string]string{"base": stock.Base, config.CodeInterpreter: stock.Interpreter}[t.Name]
+		if name == "" {
+			continue // the jail
+		}
+		img, err := store.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.Apply(img, &t.Policy, false); err != nil {
+			return nil, err
+		}
+		// Its agent runs as the sandbox's root, as an image's does: user
+		// by default, root and sudo when asked, as on E2B.
+		t.Policy.Root = true
+		if err := t.Policy.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return store, nil
+}
