@@ -101,12 +101,52 @@ func CheckNoLeftovers(t testing.TB, stateDir string) {
 	if cg := Cgroups(); len(cg) > 0 {
 		t.Errorf("cgroups left behind: %v", cg)
 	}
-	if runs, _ := os.ReadDir(filepath.Join(stateDir, "runs")); len(runs) > 0 {
+	var runs []string
+	for _, e := range readDir(filepath.Join(stateDir, "runs")) {
+		if !runsAtStart[filepath.Join(stateDir, "runs", e)] {
+			runs = append(runs, e)
+		}
+	}
+	if len(runs) > 0 {
 		t.Errorf("run locks left behind: %d in %s/runs", len(runs), stateDir)
 	}
-	if mounts := MountsUnder(stateDir); len(mounts) > 0 {
+	var mounts []string
+	for _, m := range MountsUnder(stateDir) {
+		if !mountsAtStart[m] {
+			mounts = append(mounts, m)
+		}
+	}
+	if len(mounts) > 0 {
 		t.Errorf("mounts under %s left in the host mount namespace: %v", stateDir, mounts)
 	}
+}
+
+// DefaultStateDir is the namespaces backend's default state directory
+// (this package may not import backends), whose run locks and mounts a
+// killed earlier run may have left.
+const DefaultStateDir = "/run/airlock"
+
+// What was there when this test binary started is another run's, as
+// with cgroups (preexisting): a run killed mid-sandbox leaves its run
+// lock until the next airlock run on the state directory reclaims it.
+var runsAtStart, mountsAtStart = func() (runs, mounts map[string]bool) {
+	runs, mounts = map[string]bool{}, map[string]bool{}
+	for _, e := range readDir(filepath.Join(DefaultStateDir, "runs")) {
+		runs[filepath.Join(DefaultStateDir, "runs", e)] = true
+	}
+	for _, m := range MountsUnder("/") {
+		mounts[m] = true
+	}
+	return runs, mounts
+}()
+
+func readDir(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names
 }
 
 // MountsUnder lists the mount points of this mount namespace at dir or
@@ -126,7 +166,7 @@ func MountsUnder(dir string) []string {
 			continue
 		}
 		mp := f[4]
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+		if mp == dir || strings.HasPrefix(mp, strings.TrimSuffix(dir, "/")+"/") {
 			found = append(found, mp)
 		}
 	}

@@ -31,6 +31,9 @@ import (
 func TestMain(m *testing.M) {
 	lo, hi := HostUIDs()
 	airlocktest.SandboxUIDs = [2]int{lo, hi}
+	if airlocktest.DefaultStateDir != DefaultStateDir {
+		panic("airlocktest.DefaultStateDir is not the backend's " + DefaultStateDir)
+	}
 	os.Exit(m.Run())
 }
 
