@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { Sandbox } from '@e2b/code-interpreter'
 import { Sandbox as Base } from 'e2b'
-import { startServer } from './harness.mjs'
+import { startServer, noFreezer } from './harness.mjs'
 import { metric, poolReady } from './bench-util.mjs'
 
 const toDisk = process.env.AIRLOCK_TEST_BACKEND === 'gvisor'
@@ -292,4 +292,27 @@ test('pause keeping only the files (keepMemory: false): files outlive a killed d
   assert.equal(await woke.files.read('/home/user/auto.txt'), 'auto')
   assert.doesNotMatch((await woke.commands.run('ps -eo args')).stdout, /sleep 100000/)
   await woke.kill()
+})
+
+// onResume 'reboot' (connect's memory: false), as on E2B: a paused
+// sandbox comes back from its files only, nothing of what ran.
+test("connect with onResume 'reboot': the files stay, the processes are gone", { skip: noFreezer, timeout: 120_000 }, async () => {
+  // Sealed: a networked sandbox cannot pause without its memory yet.
+  await restart(['--config', sealedCfg, '--pool-size', '0'])
+  const sbx = await Base.create()
+  try {
+    await sbx.files.write('/home/user/kept.txt', 'kept')
+    await sbx.commands.run('sleep 100000', { background: true })
+    assert.equal(await sbx.pause(), true)
+    const back = await Base.connect(sbx.sandboxId, { onResume: 'reboot' })
+    assert.equal(await back.files.read('/home/user/kept.txt'), 'kept')
+    assert.doesNotMatch((await back.commands.run('ps -eo args')).stdout, /sleep 100000/)
+    // A plain connect keeps what runs: the contrast.
+    await back.commands.run('sleep 200000', { background: true })
+    assert.equal(await back.pause(), true)
+    const again = await Base.connect(sbx.sandboxId)
+    assert.match((await again.commands.run('ps -eo args')).stdout, /sleep 200000/)
+  } finally {
+    await sbx.kill()
+  }
 })

@@ -363,27 +363,6 @@ test('getMetrics: CPU, memory and disk in use', async () => {
   }
 })
 
-// onResume 'reboot' (connect's memory: false), as on E2B: a paused
-// sandbox comes back from its files only, nothing of what ran.
-test("connect with onResume 'reboot': the files stay, the processes are gone", { skip: noFreezer }, async () => {
-  const sbx = await Sandbox.create()
-  try {
-    await sbx.files.write('/home/user/kept.txt', 'kept')
-    await sbx.commands.run('sleep 100000', { background: true })
-    assert.equal(await sbx.pause(), true)
-    const back = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
-    assert.equal(await back.files.read('/home/user/kept.txt'), 'kept')
-    assert.doesNotMatch((await back.commands.run('ps -eo args')).stdout, /sleep 100000/)
-    // A plain connect keeps what runs: the contrast.
-    await back.commands.run('sleep 200000', { background: true })
-    assert.equal(await back.pause(), true)
-    const again = await Sandbox.connect(sbx.sandboxId)
-    assert.match((await again.commands.run('ps -eo args')).stdout, /sleep 200000/)
-  } finally {
-    await sbx.kill()
-  }
-})
-
 test('pause and connect: every process stops, memory and files stay', { skip: noFreezer }, async () => {
   const sbx = await Sandbox.create({ timeoutMs: 120_000 })
   try {
