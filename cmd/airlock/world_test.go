@@ -1,11 +1,8 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -67,7 +64,7 @@ func worldImages(t *testing.T, prefix string) []worldImage {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if pad := padding(t, gunzipped(t, blob)); w != imagetest.Go && pad == 0 {
+				if pad := imagetest.Padding(t, imagetest.Uncompressed(t, blob)); w != imagetest.Go && pad == 0 {
 					t.Fatalf("%s wrote no padding: the test tests nothing", w)
 				}
 				l, err := imagetest.BlobLayer(blob, diffID, k.LayerType(gz))
@@ -81,23 +78,6 @@ func worldImages(t *testing.T, prefix string) []worldImage {
 				out = append(out, worldImage{n, k, img, diffID})
 			}
 		}
-	}
-	return out
-}
-
-// gunzipped is blob's uncompressed stream.
-func gunzipped(t *testing.T, blob []byte) []byte {
-	t.Helper()
-	if !bytes.HasPrefix(blob, []byte{0x1f, 0x8b}) {
-		return blob
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(blob))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
@@ -209,8 +189,8 @@ func TestTemplateRefusesAlteredLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if padding(t, stream) < 512 {
-		t.Fatalf("GNU tar wrote %d bytes of padding: the test tests nothing", padding(t, stream))
+	if imagetest.Padding(t, stream) < 512 {
+		t.Fatalf("GNU tar wrote %d bytes of padding: the test tests nothing", imagetest.Padding(t, stream))
 	}
 	diffID, _ := imagetest.DiffID(stream)
 	flipped := bytes.Clone(stream)
@@ -297,22 +277,5 @@ func TestTemplateRefusesAlteredLayers(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(filepath.Join(state, "images", "layers")); len(left) != 0 {
 		t.Errorf("a refused layer was left in the store: %v", left)
-	}
-}
-
-// padding is how many bytes of stream follow the end of its tar archive:
-// what archive/tar does not read.
-func padding(t *testing.T, stream []byte) int {
-	t.Helper()
-	r := bytes.NewReader(stream)
-	tr := tar.NewReader(r)
-	for {
-		_, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return r.Len()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -61,23 +61,6 @@ func worldLayer(t *testing.T, w imagetest.Writer, gz bool, marker string) ([]byt
 	return blob, diffID
 }
 
-// uncompressed is blob gunzipped if it is gzip.
-func uncompressed(t *testing.T, blob []byte) []byte {
-	t.Helper()
-	if !bytes.HasPrefix(blob, []byte{0x1f, 0x8b}) {
-		return blob
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(blob))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // compressed is data gzipped if gz.
 func compressed(data []byte, gz bool) []byte {
 	if !gz {
@@ -88,23 +71,6 @@ func compressed(data []byte, gz bool) []byte {
 	zw.Write(data)
 	zw.Close()
 	return buf.Bytes()
-}
-
-// padding is how many bytes of stream follow the end of its tar archive:
-// what archive/tar does not read.
-func padding(t *testing.T, stream []byte) int {
-	t.Helper()
-	r := bytes.NewReader(stream)
-	tr := tar.NewReader(r)
-	for {
-		_, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return r.Len()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // worldImage is an image of kind k with blob as its layer, whose diff ID
@@ -184,7 +150,7 @@ func TestLayersAsTheWorldWritesThem(t *testing.T) {
 						// Each its own content, so that none finds its layer
 						// in the store already.
 						blob, diffID := worldLayer(t, w, gz, label)
-						pad := padding(t, uncompressed(t, blob))
+						pad := imagetest.Padding(t, imagetest.Uncompressed(t, blob))
 						if w != imagetest.Go && pad == 0 {
 							t.Fatalf("%s wrote no padding: the test tests nothing", w)
 						}
@@ -260,7 +226,7 @@ func TestRefusesAlteredStreams(t *testing.T) {
 				for _, a := range alterations {
 					t.Run(fmt.Sprintf("%s %s gzip=%v %s", src.name, w, gz, a.name), func(t *testing.T) {
 						blob, diffID := worldLayer(t, w, gz, a.name)
-						altered := compressed(a.alter(uncompressed(t, blob)), gz)
+						altered := compressed(a.alter(imagetest.Uncompressed(t, blob)), gz)
 						// The blob is consistent with its digest: only the diff
 						// ID tells.
 						_, err := src.store(t, s, imagetest.OCI, worldImage(t, imagetest.OCI, gz, altered, diffID), "altered")
@@ -289,7 +255,7 @@ func TestRefusesAlteredBlobs(t *testing.T) {
 			blob, diffID := worldLayer(t, imagetest.GNUTar, gz, a.name)
 			var altered []byte
 			if a.alter != nil {
-				altered = compressed(a.alter(uncompressed(t, blob)), gz)
+				altered = compressed(a.alter(imagetest.Uncompressed(t, blob)), gz)
 			} else {
 				altered = bytes.Clone(blob)
 				altered[4] ^= 1 // MTIME, which gunzip does not check

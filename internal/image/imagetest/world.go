@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -202,19 +204,47 @@ func BusyboxTree(dir string) error {
 // DiffID is the sha256 of blob's whole uncompressed stream, gunzipped if
 // it is gzip: its padding, after the archive's end, included.
 func DiffID(blob []byte) (v1.Hash, error) {
-	var r io.Reader = bytes.NewReader(blob)
-	if bytes.HasPrefix(blob, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(r)
-		if err != nil {
-			return v1.Hash{}, err
-		}
-		r = zr
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
+	stream, err := gunzip(blob)
+	if err != nil {
 		return v1.Hash{}, err
 	}
-	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}, nil
+	sum := sha256.Sum256(stream)
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}, nil
+}
+
+// Uncompressed is blob gunzipped if it is gzip, else blob.
+func Uncompressed(t testing.TB, blob []byte) []byte {
+	t.Helper()
+	stream, err := gunzip(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+func gunzip(blob []byte) ([]byte, error) {
+	if !bytes.HasPrefix(blob, []byte{0x1f, 0x8b}) {
+		return blob, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(blob))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
+}
+
+// Padding is how many bytes of a tar stream follow its archive's end.
+func Padding(t testing.TB, stream []byte) int {
+	t.Helper()
+	r := bytes.NewReader(stream)
+	tr := tar.NewReader(r)
+	for {
+		if _, err := tr.Next(); errors.Is(err, io.EOF) {
+			return r.Len()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Kind is the family of media types an image is given: its manifest's,
