@@ -140,7 +140,7 @@ test('fork x3: three running, independent copies with their own ids and tokens; 
   assert.equal((await sbx.getInfo()).endAt.getTime(), endAt.getTime(), "the original's time to live is untouched")
   const tokens = new Set([sbx, ...forks].map((s) => s.envdAccessToken))
   assert.equal(tokens.size, 4, 'every copy has an access token of its own')
-  await assert.rejects(Base.fork(sbx.sandboxId, { count: 65 }), /count 65 is out of range/)
+  await assert.rejects(Base.fork(sbx.sandboxId, { count: 101 }), /count 101 is out of range: a fork makes 1 to 100 sandboxes/)
   for (const f of forks) await f.kill()
   await sbx.kill()
 })
