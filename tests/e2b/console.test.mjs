@@ -8,7 +8,7 @@
 // AIRLOCK_SCREENSHOTS (default: a temporary directory, printed).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { chromium } from 'playwright-core'
@@ -17,7 +17,11 @@ import { startServer } from './harness.mjs'
 
 const chromiumPath = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find(existsSync)
 const skip = !chromiumPath && "no Chromium here (Debian's chromium package; make test installs it)"
-const shots = process.env.AIRLOCK_SCREENSHOTS ?? mkdtempSync(join(tmpdir(), 'airlock-console-shots-'))
+// Screenshots are kept where AIRLOCK_SCREENSHOTS names; else they are
+// taken (drawing each page proves it renders) into a directory removed
+// afterwards.
+const keptShots = process.env.AIRLOCK_SCREENSHOTS
+const shots = keptShots ?? mkdtempSync(join(tmpdir(), 'airlock-console-shots-'))
 
 let server, browser, page
 const consoleErrors = []
@@ -39,10 +43,11 @@ before(async () => {
   await page.goto(server.env.E2B_API_URL + '/')
 })
 after(async () => {
+  if (!keptShots) rmSync(shots, { recursive: true, force: true })
   if (skip) return
   await browser?.close()
   const { code, leftover } = await server.stop()
-  console.log(`console screenshots: ${shots}`)
+  if (keptShots) console.log(`console screenshots: ${shots}`)
   assert.equal(code, 0)
   assert.deepEqual(leftover, [])
 })
