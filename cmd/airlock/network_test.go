@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/nettest"
@@ -101,6 +103,22 @@ func leftoversNow(t *testing.T, lab *nettest.Lab) []string {
 	return left
 }
 
+// hasTable says whether the lab's host namespace holds airlock's table,
+// which a server or a run deletes as it ends if no sandbox on the host
+// has a network.
+func hasTable(t *testing.T, lab *nettest.Lab) bool {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(lab.Host.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ListTableOfFamily("airlock_v1", nftables.TableFamilyINet)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
 const netProbe = `
 import socket, sys
 for name, port in [("allowed.test", 80), ("denied.test", 80), ("203.0.113.20", 7000), ("198.51.100.7", 7000), ("10.99.0.5", 80)]:
@@ -144,6 +162,9 @@ func TestRunNetwork(t *testing.T) {
 				}
 				if left := leftovers(t, lab); len(left) > 0 {
 					t.Errorf("%v left %v", tc.flags, left)
+				}
+				if hasTable(t, lab) {
+					t.Errorf("%v left the host's nftables table", tc.flags)
 				}
 			}
 		})
@@ -201,6 +222,9 @@ func TestServeNetworkCrashRecovery(t *testing.T) {
 				t.Errorf("after the restart: %v", left)
 			}
 			s2.stop(t)
+			if hasTable(t, lab) {
+				t.Error("the host's nftables table outlived the last server")
+			}
 		})
 	}
 }

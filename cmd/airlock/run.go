@@ -314,11 +314,11 @@ func runCmd(args []string) error {
 		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
 	}
 	if f.policy.Network.Mode != policy.NetNone {
-		att, err := attachNetwork(ctx, f)
+		att, detach, err := attachNetwork(ctx, f)
 		if err != nil {
 			return err
 		}
-		defer att.Close()
+		defer detach()
 		spec.NetNS = att.Namespace()
 	}
 	res, err := b.Run(ctx, spec)
@@ -377,24 +377,34 @@ func (f *runFlags) useTemplate() error {
 }
 
 // attachNetwork makes the sandbox's network, in this process: its proxy
-// and resolver live as long as the run.
-func attachNetwork(ctx context.Context, f *runFlags) (*netpolicy.Attachment, error) {
+// and resolver live as long as the run, and detach removes it and, if no
+// other sandbox on the host has a network, the host's table.
+func attachNetwork(ctx context.Context, f *runFlags) (att *netpolicy.Attachment, detach func(), err error) {
 	cfg := netpolicy.Config{}
 	if len(f.dns) > 0 {
 		cfg.Upstream = f.dns
 	}
 	h, err := netpolicy.NewHost(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return nil, usageError{err.Error()}
+		return nil, nil, usageError{err.Error()}
 	}
 	if err := h.Cleanup(); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandbox networks:", err)
 	}
-	att, err := h.Attach(ctx, "run", f.policy.Network)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox network: %w", err)
+	detach = func() {
+		if att != nil {
+			att.Close()
+		}
+		if err := h.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock: warning: removing the host's network table:", err)
+		}
 	}
-	return att, nil
+	att, err = h.Attach(ctx, "run", f.policy.Network)
+	if err != nil {
+		detach()
+		return nil, nil, fmt.Errorf("sandbox network: %w", err)
+	}
+	return att, detach, nil
 }
 
 // exitStatus maps a result to airlock's exit code, with the conventions of

@@ -93,9 +93,9 @@ func BuildHost(ctx context.Context, stateDir string, withNetwork bool, log *slog
 	}
 	ns, _ := backends.get("namespaces")
 	mcfg := sandbox.Config{DefaultTTL: time.Hour, MaxTTL: time.Hour}
+	var network *hostNetwork
 	if withNetwork {
-		network, err := newNetwork(&cfg, log)
-		if err != nil {
+		if network, err = newNetwork(&cfg, log); err != nil {
 			return nil, nil, err
 		}
 		if network == nil || network.unavailable != nil {
@@ -104,5 +104,9 @@ func BuildHost(ctx context.Context, stateDir string, withNetwork bool, log *slog
 		mcfg.Network = network
 	}
 	m := sandbox.NewManager(mcfg, ns, log)
-	return buildHost{m, ns}, m.Shutdown, nil
+	stop = func() {
+		m.Shutdown()
+		network.close(log)
+	}
+	return buildHost{m, ns}, stop, nil
 }

@@ -282,6 +282,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		if leave, err = joinCluster(d.cfg.Node, d.ln.Addr(), d.key.Value, d.offered(), d.mcfg.MaxSandboxes, d.log); err != nil {
 			srv.Close()
 			d.manager.Shutdown()
+			d.network.close(d.log)
 			return err
 		}
 	}
@@ -297,6 +298,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	srv.Shutdown(shutdown)
 	d.service.Shutdown()
 	d.manager.Shutdown()
+	d.network.close(d.log)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -77,6 +77,17 @@ type hostNetwork struct {
 	unavailable error
 }
 
+// close removes the host's nftables table if no sandbox on the host has a
+// network any more: call it once the manager's sandboxes are gone.
+func (n *hostNetwork) close(log *slog.Logger) {
+	if n == nil || n.h == nil {
+		return
+	}
+	if err := n.h.Close(); err != nil {
+		log.Warn("removing the host's network table", "err", err)
+	}
+}
+
 func (n *hostNetwork) Attach(ctx context.Context, id string, pol policy.Network) (sandbox.NetAttachment, error) {
 	if n.unavailable != nil {
 		return nil, fmt.Errorf("%w: this host cannot give sandboxes a network (the server log says why): create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut", sandbox.ErrInvalid)

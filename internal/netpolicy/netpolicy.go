@@ -113,9 +113,6 @@ type Host struct {
 	addrsMu sync.Mutex
 	addrs   []netip.Addr // the host's own, refreshed every addrsTTL
 	addrsAt time.Time
-
-	tableMu sync.Mutex
-	table   bool // the host's nftables table is there (ensureTable)
 }
 
 const addrsTTL = 2 * time.Second
@@ -254,9 +251,6 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := h.ensureTable(); err != nil {
-		return nil, err
-	}
 	a = &Attachment{host: h}
 	a.Name(id)
 	a.filter.special, a.filter.local = h.special, h.local
@@ -269,6 +263,11 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 			a.Close()
 		}
 	}()
+	// The slot first, then the table: a server that stops deletes the
+	// table only while no slot is held (Close), so from here on it stays.
+	if err := ensureTable(); err != nil {
+		return nil, err
+	}
 	a.link = linkOf(h.subnet, a.slot)
 	// What a crashed daemon, or the kernel still tearing down the last
 	// sandbox of this slot, left goes first.
@@ -317,19 +316,17 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	return a, nil
 }
 
-// ensureTable makes the host's table once per Host, when the first
-// sandbox needs it.
-func (h *Host) ensureTable() error {
-	h.tableMu.Lock()
-	defer h.tableMu.Unlock()
-	if h.table {
-		return nil
-	}
-	if err := ensureTable(); err != nil {
+// Close deletes the host's table unless a sandbox has a network now, of
+// this process or of another airlock on the host: a server that stops
+// leaves nothing in the host's nftables. Call it once h's sandboxes are
+// gone; a later Attach makes the table again. The veth pairs of ended
+// sandboxes go first (Cleanup), as the kernel deletes them only when it
+// gets to their namespaces, in the background.
+func (h *Host) Close() error {
+	if err := h.Cleanup(); err != nil {
 		return err
 	}
-	h.table = true
-	return nil
+	return dropUnusedTable()
 }
 
 // Namespace is the sandbox's network namespace.

@@ -84,19 +84,72 @@ func portMap(name string) *nftables.Set {
 		KeyByteOrder: binaryutil.NativeEndian}
 }
 
-// ensureTable makes the table if it is not there, under a host-wide lock
-// (byte 0 of the slot lock file, which no slot uses) so that two airlock
-// processes starting at once do not both make it.
-func ensureTable() error {
+// lockTable takes the host-wide lock on the table (byte 0 of the slot
+// lock file, which no slot uses), held until the file is closed: two
+// airlock processes never make the table at once, and none deletes it
+// while another makes sure of it.
+func lockTable() (*os.File, error) {
 	f, err := os.OpenFile(slotLockFile, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("network lock: %w", err)
+		return nil, fmt.Errorf("network lock: %w", err)
 	}
-	defer f.Close()
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 0, Len: 1}
 	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("network lock: %w", err)
+	}
+	return f, nil
+}
+
+// dropUnusedTable deletes the table if no slot is held (no sandbox of any
+// airlock process on the host has a network) and no sandbox interface is
+// left (a killed daemon's sandbox that is frozen outlives its slot lock
+// until the next start removes it): the table's rules are what keeps an
+// al-* interface from the host. An Attach holds its slot before it makes
+// sure of the table, so it either keeps the table here or finds it gone
+// and makes it again; a slot held in another network namespace keeps
+// this one's table too, which errs on the side of rules.
+func dropUnusedTable() error {
+	f, err := lockTable()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// Every slot's byte: GETLK reports a lock of another open file
+	// description, and each slot has its own (lockSlot).
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 1, Len: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
 		return fmt.Errorf("network lock: %w", err)
 	}
+	if lk.Type != unix.F_UNLCK {
+		return nil
+	}
+	if names, err := links(linkPrefix); err != nil || len(names) > 0 {
+		return err
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if _, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	c.DelTable(table())
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables table %s: delete: %w", tableName, err)
+	}
+	return nil
+}
+
+// ensureTable makes the table if it is not there, under the table's lock.
+func ensureTable() error {
+	f, err := lockTable()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)

@@ -2,12 +2,16 @@ package netpolicy
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -231,5 +235,82 @@ func TestKernelHoldsTheRules(t *testing.T) {
 	}
 	if g, w := strings.Join(got, "\n"), strings.Join(want, "\n"); g != w {
 		t.Errorf("the kernel holds:\n%s\nwant:\n%s", g, w)
+	}
+}
+
+// TestTableLifetime: the host's table is there while a sandbox has a
+// network, and a Host's Close deletes it only once none has: a server
+// that stops leaves nothing in the host's nftables.
+func TestTableLifetime(t *testing.T) {
+	if !inLab(t) {
+		return
+	}
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	there := func() bool {
+		_, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	// Slots are the host's, whatever the namespace: a sandbox of another
+	// airlock keeps every namespace's table.
+	f, err := lockTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 1, Len: 0}
+	err = unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk.Type != unix.F_UNLCK {
+		t.Skip("another airlock on this host has a sandbox with a network")
+	}
+	h, err := NewHost(Config{Upstream: []string{}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if there() {
+		t.Fatal("a new namespace has the table before any sandbox")
+	}
+	closed := policy.Network{Mode: policy.NetFiltered}
+	a, err := h.Attach(t.Context(), "a", closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Attach(t.Context(), "b", closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !there() {
+		t.Fatal("Close deleted the table while a sandbox had a network")
+	}
+	b.Close()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if there() {
+		t.Fatal("the table outlived the last sandbox's network and Close")
+	}
+	// The next sandbox makes it again.
+	c2, err := h.Attach(t.Context(), "c", closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !there() {
+		t.Error("a sandbox's network without the table")
+	}
+	c2.Close()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
