@@ -71,6 +71,14 @@ func startServeKey(t *testing.T, lab *nettest.Lab, key, stateDir string, args ..
 		t.Fatal(err)
 	}
 	s := &server{cmd: cmd, key: key, stateDir: stateDir, client: client}
+	// A test that fails before it stops its server (or kills it) must not
+	// leave it running, nor its sandboxes.
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+		}
+	})
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "E2B_API_URL="); ok {
@@ -296,9 +304,16 @@ func TestServeHostFilesUnreachable(t *testing.T) {
 // with it, and the next start removes what they left.
 // killWhileRunning starts a daemon on dir with a pool and a working
 // sandbox (paused, if asked), lists what the sandboxes hold in state (a
-// directory of locks or bundles), and SIGKILLs the daemon.
+// directory of locks or bundles), and SIGKILLs the daemon. What the
+// killed daemon left (gVisor's mounts among it) only a start on dir
+// removes: if the test fails, one more start is made for that.
 func killWhileRunning(t *testing.T, dir, state string, paused bool, args ...string) []os.DirEntry {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			startServe(t, dir, append(args, "--pool-size", "0")...).stop(t)
+		}
+	})
 	s := startServe(t, dir, append(args, "--pool-size", "1")...)
 	c := s.create(t)
 	if out := s.run(t, c, "echo alive"); out != "alive\n" {
