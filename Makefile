@@ -91,8 +91,9 @@ test: test-go test-sdk test-cluster
 # The stock templates' Debian root (internal/stock: debootstrap and apt
 # from this host's apt sources, with E2B's base tools and the code
 # interpreter's packages), made once per package list and kept outside
-# the clone, where a fresh clone finds it; daemons given the cache
-# ($AIRLOCK_STOCK_CACHE) share it read-only.
+# the clone, where a fresh clone finds it; a host's daemons share it
+# read-only. airlock serve makes it at its first start otherwise; the
+# tests need it made before them, as their servers start in seconds.
 STOCK_CACHE ?= /var/cache/airlock/stock
 export AIRLOCK_STOCK_CACHE := $(STOCK_CACHE)
 
@@ -104,7 +105,7 @@ runsc: $(RUNSC)
 $(RUNSC):
 	GOBIN=$(CURDIR)/bin $(GO) install gvisor.dev/gvisor/runsc@$(RUNSC_VERSION)
 
-test-go: deps build runsc
+test-go: deps build runsc stock
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 ./...
 	$(MAKE) test-unprivileged

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -27,11 +28,11 @@ commands:
   import NAME PATH        import a docker save archive or an OCI image layout directory
   list                    list the templates
   rm     NAME             remove a template (and the layers no other template has)
-  stock                   make the stock templates' Debian root now (airlock serve with
-                          stock.root "debian" makes it at its first start), or find it made
+  stock                   make the stock templates' Debian root now (airlock serve makes it
+                          at its first start otherwise), or find it made
 
 flags of stock:
-  --cache DIR             where made roots are kept (default STATE-DIR/stock, $AIRLOCK_STOCK_CACHE)
+  --cache DIR             where made roots are kept (default /var/cache/airlock/stock, $AIRLOCK_STOCK_CACHE)
 
 flags (every command):
   --state-dir DIR         where templates are kept (default /var/lib/airlock, $AIRLOCK_STATE_DIR)
@@ -75,7 +76,7 @@ func templateCmd(args []string) error {
 	contextDir := fs.String("context", "", "build context")
 	noCache := fs.Bool("no-cache", false, "do not reuse an earlier build")
 	netMode := fs.String("net", "internet", "the build's network")
-	cache := fs.String("cache", os.Getenv("AIRLOCK_STOCK_CACHE"), "where stock roots are kept")
+	cache := fs.String("cache", cmp.Or(os.Getenv("AIRLOCK_STOCK_CACHE"), config.DefaultStockCache), "where stock roots are kept")
 	// Flags may come before, between or after the arguments.
 	var a []string
 	for rest := args[1:]; ; {
@@ -104,7 +105,7 @@ func templateCmd(args []string) error {
 	defer stop()
 	switch args[0] {
 	case "stock": // its own store, not the state directory's
-		return stockRoot(ctx, *stateDir, *cache)
+		return stockRoot(ctx, *cache)
 	}
 	store, err := openImages(*stateDir)
 	if err != nil {
@@ -158,10 +159,7 @@ func templateCmd(args []string) error {
 
 // stockRoot makes the stock templates' Debian root in cache, unless it
 // is there, and says where it is and what it holds.
-func stockRoot(ctx context.Context, stateDir, cache string) error {
-	if cache == "" {
-		cache = filepath.Join(stateDir, "stock")
-	}
+func stockRoot(ctx context.Context, cache string) error {
 	if !filepath.IsAbs(cache) {
 		return usageError{fmt.Sprintf("stock cache %q is not an absolute path", cache)}
 	}

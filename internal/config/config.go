@@ -138,15 +138,21 @@ type Network struct {
 // Stock is the root of the stock templates, base and
 // code-interpreter-v1.
 type Stock struct {
-	// Root: "jail" (the default), the host's /usr read-only, as the jail
-	// template; or "debian", a Debian root with root and sudo inside,
-	// made by the daemon with debootstrap from the host's apt sources at
-	// its first start (minutes, once) and kept in Cache.
+	// Root: "debian" (the default), a Debian root with root and sudo
+	// inside, as E2B's machines, made with debootstrap from the host's
+	// apt sources at the first start that finds none in Cache (minutes,
+	// once; `airlock template stock` makes it beforehand); or "jail", the
+	// host's /usr read-only, as the jail template.
 	Root string `json:"root"`
-	// Cache keeps made roots, one per package list ("": STATE-DIR/stock);
-	// daemons that name one directory share its roots, read-only.
+	// Cache keeps made roots, one per package list and Debian release;
+	// a host's daemons share its roots, read-only.
 	Cache string `json:"cache"`
 }
+
+// DefaultStockCache is where stock roots are kept unless the config says
+// otherwise: a cache of the host's, not a daemon's state, so that every
+// daemon on the host (and make test's) finds the root made once.
+const DefaultStockCache = "/var/cache/airlock/stock"
 
 // The stock roots.
 const (
@@ -232,6 +238,7 @@ func Default() Config {
 	return Config{
 		Listen:           "127.0.0.1:49982",
 		StateDir:         "/var/lib/airlock",
+		Stock:            Stock{Root: StockDebian, Cache: DefaultStockCache},
 		DefaultTimeout:   Duration(300 * time.Second),
 		MaxTimeout:       Duration(24 * time.Hour),
 		PoolMemoryBudget: Size(1 << 30),

@@ -36,14 +36,14 @@ func TestManager(t *testing.T) {
 	if ci.Name != config.CodeInterpreter || ci.PoolSize != 2 || !strings.Contains(strings.Join(ci.Policy.Env, " "), agentproto.PrestartEnv+"=python") {
 		t.Errorf("code interpreter template %+v, want the default pool and a prestarted Python kernel", ci)
 	}
-	// On the default stock root the jail is base, which is pooled: it has
-	// no pool of its own.
-	if jail := mc.Templates[2]; jail.Name != config.Jail || jail.PoolSize != 0 || jail.Policy.Root || len(jail.Policy.RootLayers) != 0 {
-		t.Errorf("jail template %+v, want the host's /usr, as user, with no pool of its own", jail)
+	// On the default (Debian) stock root the jail keeps a pool of its own.
+	if jail := mc.Templates[2]; jail.Name != config.Jail || jail.PoolSize != 2 || jail.Policy.Root || len(jail.Policy.RootLayers) != 0 {
+		t.Errorf("jail template %+v, want the host's /usr, as user, with a pool of its own", jail)
 	}
-	cfg.Stock.Root = config.StockDebian
-	if mc, err = managerConfig(&cfg, noBackend); err != nil || mc.Templates[2].PoolSize != 2 {
-		t.Errorf("with the Debian stock root, the jail keeps a pool of its own: %+v, %v", mc.Templates[2], err)
+	// With the jail as the stock root, the jail is base, which is pooled.
+	cfg.Stock.Root = config.StockJail
+	if mc, err = managerConfig(&cfg, noBackend); err != nil || mc.Templates[2].PoolSize != 0 {
+		t.Errorf("with the jail as the stock root, the jail has no pool of its own: %+v, %v", mc.Templates[2], err)
 	}
 }
 

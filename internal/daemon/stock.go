@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 
@@ -25,23 +27,22 @@ func checkStock(s config.Stock) error {
 }
 
 // stockTemplates puts base and code-interpreter-v1 of mc on the stock
-// root cfg names, and returns the store of its images (nil for the
-// jail). The Debian root is made at the daemon's first start, not at
-// install: a single binary has no make step, and the root is made from
-// the apt sources of the host it runs on. It is made once per package
-// list and kept in the cache, which a host's daemons (and make test's)
-// share.
+// root cfg names, and returns the store of its images (nil for the jail;
+// a Config made by hand, with no root named, has the jail). The Debian
+// root is made at the first start that finds none, not at install: a
+// single binary has no make step, and the root is made from the apt
+// sources of the host it runs on. It is made once per package list and
+// kept in the cache, which a host's daemons (and make test's) share.
 func stockTemplates(ctx context.Context, cfg *config.Config, mc *sandbox.Config, log *slog.Logger) (*image.Store, error) {
 	if cfg.Stock.Root != config.StockDebian {
 		return nil, nil
 	}
-	cache := cfg.Stock.Cache
-	if cache == "" {
-		cache = filepath.Join(cfg.StateDir, "stock")
-	}
+	cache := cmp.Or(cfg.Stock.Cache, config.DefaultStockCache)
 	store, err := stock.Open(ctx, cache, log)
 	if err != nil {
-		return nil, err
+		// Said with the way out: a host that cannot make the root (not
+		// Debian, no debootstrap, no mirror) still serves the jail.
+		return nil, fmt.Errorf("%w (stock.root %q serves base and code-interpreter-v1 on the host's /usr instead)", err, config.StockJail)
 	}
 	for i := range mc.Templates {
 		t := &mc.Templates[i]

@@ -9,7 +9,7 @@
 //   cell:    create + first runCode('1+1') from the pool, and a first
 //            JavaScript cell, code-interpreter-v1 on the Debian root
 //            against code-interpreter-v1 on the jail (a second server).
-// Needs the stock root made (make stock) in AIRLOCK_STOCK_CACHE.
+// Needs the stock root made (make stock).
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -18,8 +18,6 @@ import { pct, time, poolReady } from './bench-util.mjs'
 import { startServer, sleep } from './harness.mjs'
 
 const N = Number(process.env.N ?? 40)
-const cache = process.env.AIRLOCK_STOCK_CACHE
-if (!cache) throw new Error('AIRLOCK_STOCK_CACHE is not set: make stock makes the stock root there')
 const backend = process.env.AIRLOCK_TEST_BACKEND ?? 'namespaces'
 const MiB = 1 << 20
 const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-stock-'))
@@ -34,7 +32,6 @@ async function serve(name, cfg) {
 console.log(`stock templates, the Debian root against the jail, ${backend} backend, ${new Date().toISOString().slice(0, 10)}`)
 const out = []
 let server = await serve('debian', {
-  stock: { root: 'debian', cache },
   templates: { base: { poolSize: 4 }, jail: { poolSize: 4 }, 'code-interpreter-v1': { poolSize: 2 } },
 })
 try {
@@ -55,7 +52,7 @@ try {
 } finally {
   await server.stop()
 }
-server = await serve('jail', { templates: { base: { poolSize: 0 }, jail: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 2 } } })
+server = await serve('jail', { stock: { root: 'jail' }, templates: { base: { poolSize: 0 }, jail: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 2 } } })
 try {
   out.push(await memory('code-interpreter-v1', 'jail'))
   out.push(...await cells('jail', server))

@@ -93,9 +93,12 @@ before(async () => {
   // sealed (network.default "none"), so that its sandboxes can be saved,
   // snapshotted and forked, which those with a network (the E2B API's
   // default elsewhere) cannot yet: the catalogue tries all of it.
-  // Networked sandboxes' escapes are network.test.mjs's.
+  // Networked sandboxes' escapes are network.test.mjs's. Its base is the
+  // jail (stock.root "jail"): the user path tries what a sandbox's user
+  // alone can do, and the stock machines' user, who has sudo, is root of
+  // the sandbox, which the root path tries.
   const cfg = mkdtempSync(join(tmpdir(), 'airlock-escape-cfg-'))
-  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' }, network: { default: 'none' } }))
+  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' }, network: { default: 'none' }, stock: { root: 'jail' } }))
   server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
   rmSync(cfg, { recursive: true })
   // The shared sandboxes live as long as the whole catalogue may take.

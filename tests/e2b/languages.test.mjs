@@ -1,6 +1,7 @@
 // The code interpreter's languages through the official SDK
 // (@e2b/code-interpreter, pinned): Python, JavaScript and TypeScript
-// (Deno's kernel), R (IRkernel) and Bash (Airlock's kernel), each with its
+// (tslab's kernels on Node, on the stock Debian root; Deno's on the jail),
+// R (IRkernel) and Bash (Airlock's kernel), each with its
 // state, its errors and its envs, by the names E2B's SDKs give them; and
 // a sandbox's own envs in kernels started before it was claimed.
 import { test, before, after } from 'node:test'
@@ -26,7 +27,7 @@ after(async () => {
 const cases = {
   python: { set: 'x = 41', get: 'x + 1', want: '42', fail: 'def f():\n    return 1 / 0\nf()', name: 'ZeroDivisionError', value: 'division by zero', line: 'return 1 / 0', env: 'import os; print(os.environ["CELL_VAR"])' },
   js: { set: 'let x = 41', get: 'x + 1', want: '42', fail: 'function f() { throw new TypeError("bad input") }\nf()', name: 'TypeError', value: 'bad input', line: 'at f', env: 'console.log(process.env.CELL_VAR)' },
-  ts: { set: 'const t: number = 41', get: 't + 1', want: '42', fail: 'const u: string = JSON.parse("{")', name: 'SyntaxError', value: 'JSON', line: 'JSON.parse', env: 'console.log(Deno.env.get("CELL_VAR"))' },
+  ts: { set: 'const t: number = 41', get: 't + 1', want: '42', fail: 'const u: string = JSON.parse("{")', name: 'SyntaxError', value: 'JSON', line: 'JSON.parse', env: 'console.log(process.env.CELL_VAR)' },
   r: { set: 'x <- 41', get: 'x + 1', want: '[1] 42', fail: 'f <- function() stop("no way")\nf()', name: 'ERROR', value: 'no way', line: 'stop("no way")', env: 'cat(Sys.getenv("CELL_VAR"), "\\n", sep = "")' },
   bash: { set: 'X=41; cd /tmp', get: 'echo $((X + 1)) $PWD', want: '42 /tmp', fail: 'echo before; ls /no/such/place', name: 'ExitError', value: 'exit status 2', line: 'No such file', env: 'echo "$CELL_VAR"' },
 }

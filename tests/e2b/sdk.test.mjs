@@ -83,9 +83,17 @@ test('commands.run: exit codes, stderr, envs, cwd, user', async () => {
     await sbx.commands.run('for i in 1 2 3; do echo $i; done', { onStdout: (d) => { streamed += d } })
     assert.equal(streamed, '1\n2\n3\n')
 
-    await assert.rejects(sbx.commands.run('true', { user: 'root' }), /not available/)
+    const root = await sbx.commands.run('id -u; sudo -n id -u', { user: 'root' })
+    assert.equal(root.stdout, '0\n0\n')
   } finally {
     await sbx.kill()
+  }
+  // The jail has its user alone.
+  const jail = await Sandbox.create('jail')
+  try {
+    await assert.rejects(jail.commands.run('true', { user: 'root' }), /not available/)
+  } finally {
+    await jail.kill()
   }
 })
 
