@@ -97,10 +97,9 @@ before(async () => {
   // jail (stock.root "jail"): the user path tries what a sandbox's user
   // alone can do, and the stock machines' user, who has sudo, is root of
   // the sandbox, which the root path tries.
-  const cfg = mkdtempSync(join(tmpdir(), 'airlock-escape-cfg-'))
-  writeFileSync(join(cfg, 'config.json'), JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'], disk: '512M' }, network: { default: 'none' }, stock: { root: 'jail' } }))
-  server = await startServer(['--pool-size', '0', '--config', join(cfg, 'config.json')])
-  rmSync(cfg, { recursive: true })
+  server = await startServer(['--pool-size', '0'], {
+    config: { builds: { registryAddresses: ['127.0.0.1'], disk: '512M' }, network: { default: 'none' }, stock: { root: 'jail' } },
+  })
   // The shared sandboxes live as long as the whole catalogue may take.
   sbx = await Sandbox.create({ timeoutMs: 3_600_000 })
   if (!noRoot) {

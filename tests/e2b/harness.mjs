@@ -1,6 +1,6 @@
 // Starts a real `airlock serve` for the tests and points the SDK at it.
 import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync, readdirSync, existsSync, appendFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, readdirSync, existsSync, appendFileSync, writeFileSync } from 'node:fs'
 import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -17,8 +17,16 @@ process.once('SIGTERM', () => {
 })
 
 // opts.stateDir and opts.apiKey start a server where an earlier one left
-// off (see crash).
+// off (see crash); opts.config is its config file's content, written for
+// the start (the server reads it then) and removed after it, started or
+// not.
 export async function startServer(extraArgs = [], opts = {}) {
+  let cfgDir
+  if (opts.config) {
+    cfgDir = mkdtempSync(join(tmpdir(), 'airlock-e2b-cfg-'))
+    writeFileSync(join(cfgDir, 'airlock.json'), JSON.stringify(opts.config))
+    extraArgs = ['--config', join(cfgDir, 'airlock.json'), ...extraArgs]
+  }
   const stateDir = opts.stateDir ?? mkdtempSync(join(tmpdir(), 'airlock-e2b-test-'))
   const apiKey = opts.apiKey ?? 'e2b_' + randomBytes(20).toString('hex')
   // AIRLOCK_TEST_BACKEND=gvisor runs the same suites on the gVisor backend.
@@ -48,6 +56,8 @@ export async function startServer(extraArgs = [], opts = {}) {
     proc.kill('SIGTERM')
     rmSync(stateDir, { recursive: true, force: true })
     throw err
+  }).finally(() => {
+    if (cfgDir) rmSync(cfgDir, { recursive: true, force: true })
   })
   Object.assign(process.env, env)
   return {

@@ -9,9 +9,6 @@
 // server's default.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
 import { Template } from 'e2b'
 import { Sandbox } from '@e2b/code-interpreter'
 import { startServer } from './harness.mjs'
@@ -28,13 +25,12 @@ const aptOnlyLab = '-o Dir::Etc::SourceParts=/dev/null -o Dir::Etc::SourceList=/
 let server
 before(async () => {
   if (skip) return
-  const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-machine-cfg-')), 'airlock.json')
-  writeFileSync(cfg, JSON.stringify({
-    network: { dns: [labDNS] },
-    templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 1 }, jail: { poolSize: 0 } },
-  }))
-  server = await startServer(['--config', cfg])
-  rmSync(dirname(cfg), { recursive: true })
+  server = await startServer([], {
+    config: {
+      network: { dns: [labDNS] },
+      templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 1 }, jail: { poolSize: 0 } },
+    },
+  })
 })
 after(async () => {
   if (skip) return

@@ -149,18 +149,14 @@ except Exception as e:
     print("FAIL", type(e).__name__, e)
 `
 
-let server, cfgDir
+let server
 before(async () => {
   if (skip) return
-  cfgDir = mkdtempSync(join(tmpdir(), 'airlock-net-test-'))
-  const cfg = join(cfgDir, 'config.json')
-  writeFileSync(cfg, JSON.stringify({ network: { dns: [labDNS], localZones: ['corp.test'] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } }))
-  server = await startServer(['--config', cfg])
+  server = await startServer([], { config: { network: { dns: [labDNS], localZones: ['corp.test'] }, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 } } } })
 })
 after(async () => {
   if (skip) return
   const { code } = await server.stop()
-  rmSync(cfgDir, { recursive: true, force: true })
   assert.equal(code, 0)
   assert.deepEqual(await settled(sandboxLinks), [], 'no veth of a sandbox outlives the daemon')
   // The last server on the host deletes the table, elements and all.

@@ -4,19 +4,13 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
 import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
 import { startServer, sleep, noFreezer, countsCPU } from './harness.mjs'
 
 let server
 before(async () => {
   // Samples for getMetrics' history twice a second (the default is 5 s).
-  const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-sdk-test-')), 'airlock.json')
-  writeFileSync(cfg, JSON.stringify({ metricsInterval: '500ms' }))
-  server = await startServer(['--config', cfg])
-  rmSync(dirname(cfg), { recursive: true }) // read at start only
+  server = await startServer([], { config: { metricsInterval: '500ms' } })
 })
 after(async () => {
   const { code, leftover } = await server.stop()

@@ -7,7 +7,7 @@ import { spawn, execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync, statSync, chmodSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { dirname, join, resolve } from 'node:path'
+import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import { Sandbox, Template, BuildError, waitForFile } from 'e2b'
 import { startServer } from './harness.mjs'
@@ -19,10 +19,7 @@ before(async () => {
   if (skip) return
   // The registry is on loopback: a server pulls clients' images from
   // the internet only, unless its operator lists a registry's address.
-  const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-template-cfg-')), 'airlock.json')
-  writeFileSync(cfg, JSON.stringify({ builds: { registryAddresses: ['127.0.0.1'] } }))
-  server = await startServer(['--config', cfg])
-  rmSync(dirname(cfg), { recursive: true }) // read at start only
+  server = await startServer([], { config: { builds: { registryAddresses: ['127.0.0.1'] } } })
   // With a Debian root (make test makes one: tests/fixtures/debian-root.sh)
   // the registry serves it too, as debian:latest.
   const root = process.env.AIRLOCK_DEBIAN_ROOT ? ['-root', process.env.AIRLOCK_DEBIAN_ROOT] : []
