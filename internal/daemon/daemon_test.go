@@ -47,6 +47,14 @@ func resolve(t *testing.T, file string, env map[string]string, args ...string) c
 	if err != nil {
 		t.Fatal(err)
 	}
+	return onTheJail(cfg)
+}
+
+// onTheJail puts the stock templates on the jail: these tests' fake
+// backends run no image, and they run as nobody too, who may not open
+// the host's cache of the Debian root. The SDK suites run that root.
+func onTheJail(cfg config.Config) config.Config {
+	cfg.Stock.Root = config.StockJail
 	return cfg
 }
 

@@ -27,7 +27,7 @@ func resolveMCP(t *testing.T, args ...string) config.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+	return onTheJail(cfg)
 }
 
 // TestServeMCP: airlock mcp's daemon runs one client's commands in a
