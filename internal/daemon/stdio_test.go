@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -37,12 +39,19 @@ func TestServeMCP(t *testing.T) {
 	cfg := resolveMCP(t, "--state-dir", filepath.Join(t.TempDir(), "state"), "--backend", "fake", "--pool-size", "0")
 	serverT, clientT := sdk.NewInMemoryTransports()
 	served := make(chan error, 1)
-	go func() { served <- ServeMCP(t.Context(), cfg, serverT, Options{Log: testLog(t), Backends: backends}) }()
+	// A server that ends before it answers ends the client's wait too,
+	// saying why: the in-memory transport would otherwise wait for ever.
+	ctx, cancel := context.WithCancelCause(t.Context())
+	go func() {
+		err := ServeMCP(ctx, cfg, serverT, Options{Log: testLog(t), Backends: backends})
+		cancel(fmt.Errorf("ServeMCP returned %v", err))
+		served <- err
+	}()
 
 	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
-	session, err := client.Connect(t.Context(), clientT, nil)
+	session, err := client.Connect(ctx, clientT, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("connect: %v (%v)", err, context.Cause(ctx))
 	}
 	res, err := session.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "echo from-the-sandbox"}})
 	if err != nil {
