@@ -91,6 +91,9 @@ var allowed = map[string][]string{
 	"internal/agent/tasks":    {"internal/agentproto"},
 	// Calls of rpc's services, for their tests.
 	"internal/agent/rpc/rpctest": {"internal/agentproto"},
+	// The filesystem service's answers as a client reads them, for the
+	// tests of filesystem and files.
+	"internal/agent/filesystem/filesystemtest": {"internal/agent/rpc/rpctest"},
 
 	// The network's host side: a peer of the backends, which never see
 	// more of it than a namespace to run in.

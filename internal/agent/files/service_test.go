@@ -12,7 +12,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc"
-	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
@@ -32,40 +31,6 @@ func newService(t *testing.T) (url, home string) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL, home
-}
-
-type entry struct {
-	Name          string            `json:"name"`
-	Type          string            `json:"type"`
-	Path          string            `json:"path"`
-	Size          string            `json:"size"` // int64, a string in proto3 JSON
-	Mode          uint32            `json:"mode"`
-	Permissions   string            `json:"permissions"`
-	Owner         string            `json:"owner"`
-	Group         string            `json:"group"`
-	ModifiedTime  string            `json:"modifiedTime"`
-	SymlinkTarget *string           `json:"symlinkTarget"`
-	Metadata      map[string]string `json:"metadata"`
-}
-
-type entryResponse struct {
-	Entry entry `json:"entry"`
-}
-
-func stat(t *testing.T, url, path string) entry {
-	t.Helper()
-	var r entryResponse
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": path}, &r)
-	return r.Entry
-}
-
-func listDir(t *testing.T, url, path string, depth int) []entry {
-	t.Helper()
-	var r struct {
-		Entries []entry `json:"entries"`
-	}
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
-	return r.Entries
 }
 
 // files sends a request to /files and returns the status and body.

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem/filesystemtest"
 )
 
 func TestUpload(t *testing.T) {
@@ -118,10 +120,10 @@ func TestFileMetadata(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(data, &w) != nil || len(w) != 1 || !maps.Equal(w[0].Metadata, want) {
 		t.Fatalf("upload with metadata: %d %s, want the metadata %v back", code, data, want)
 	}
-	if e := stat(t, base, "m.txt"); !maps.Equal(e.Metadata, want) {
+	if e := filesystemtest.Stat(t, base, "m.txt"); !maps.Equal(e.Metadata, want) {
 		t.Errorf("Stat: metadata %v, want %v", e.Metadata, want)
 	}
-	if es := listDir(t, base, "~", 1); len(es) != 1 || !maps.Equal(es[0].Metadata, want) {
+	if es := filesystemtest.ListDir(t, base, "~", 1); len(es) != 1 || !maps.Equal(es[0].Metadata, want) {
 		t.Errorf("ListDir: %+v, want one entry with %v", es, want)
 	}
 
@@ -129,7 +131,7 @@ func TestFileMetadata(t *testing.T) {
 	if code, data := upload("m.txt", "v2", "X-Metadata-Author", "grace"); code != http.StatusOK {
 		t.Fatalf("second upload: %d %s", code, data)
 	}
-	if e := stat(t, base, "m.txt"); !maps.Equal(e.Metadata, map[string]string{"author": "grace"}) {
+	if e := filesystemtest.Stat(t, base, "m.txt"); !maps.Equal(e.Metadata, map[string]string{"author": "grace"}) {
 		t.Errorf("after a second upload: %v, want only author=grace", e.Metadata)
 	}
 
@@ -148,7 +150,7 @@ func TestFileMetadata(t *testing.T) {
 
 	// An upload without any header clears the set.
 	upload("m.txt", "v4")
-	if e := stat(t, base, "m.txt"); e.Metadata != nil {
+	if e := filesystemtest.Stat(t, base, "m.txt"); e.Metadata != nil {
 		t.Errorf("after an upload without metadata: %v, want none", e.Metadata)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem/filesystemtest"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
@@ -35,12 +36,12 @@ func TestListDir(t *testing.T) {
 		for _, p := range tc.want {
 			want = append(want, filepath.Join(home, p))
 		}
-		if got := paths(listDirCall(t, url, tc.path, tc.depth)); !slices.Equal(got, want) {
+		if got := paths(filesystemtest.ListDir(t, url, tc.path, tc.depth)); !slices.Equal(got, want) {
 			t.Errorf("ListDir %s depth %d: %v, want %v", tc.path, tc.depth, got, want)
 		}
 	}
 	os.Mkdir(filepath.Join(home, "empty"), 0o755)
-	if es := listDirCall(t, url, "empty", 1); es == nil || len(es) != 0 {
+	if es := filesystemtest.ListDir(t, url, "empty", 1); es == nil || len(es) != 0 {
 		t.Errorf("ListDir of an empty directory: %v, want an empty list", es)
 	}
 	rpctest.WantError(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": "a/b/f.txt"}, "invalid_argument", 400)

@@ -5,12 +5,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem/filesystemtest"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 )
 
 func TestMakeDir(t *testing.T) {
 	_, url, home := newService(t)
-	var made entryAnswer
+	var made filesystemtest.Answer
 	rpctest.MustUnary(t, url, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, &made)
 	if e := made.Entry; e.Name != "b" || e.Type != "FILE_TYPE_DIRECTORY" || e.Path != filepath.Join(home, "a/b") {
 		t.Errorf("MakeDir a/b: %+v, want the directory b in the home", e)

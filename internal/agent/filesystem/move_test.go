@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem/filesystemtest"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 )
 
@@ -13,7 +14,7 @@ func TestMove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, "f.txt"), []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var moved entryAnswer
+	var moved filesystemtest.Answer
 	rpctest.MustUnary(t, url, "filesystem.Filesystem/Move", map[string]any{"source": "f.txt", "destination": "c/g.txt"}, &moved)
 	if moved.Entry.Path != filepath.Join(home, "c/g.txt") || moved.Entry.Size != "5" {
 		t.Errorf("Move: %+v, want c/g.txt, its parent made", moved.Entry)

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem/filesystemtest"
 	"github.com/airlock-sandbox/airlock/internal/agent/identity"
-	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 )
 
 // These tests serve the service in-process, as the test's user, with a
@@ -26,42 +26,7 @@ func newService(t *testing.T) (s *Service, url, home string) {
 	return s, srv.URL, home
 }
 
-// entry is an EntryInfo as the client reads it.
-type entry struct {
-	Name          string            `json:"name"`
-	Type          string            `json:"type"`
-	Path          string            `json:"path"`
-	Size          string            `json:"size"` // int64, a string in proto3 JSON
-	Mode          uint32            `json:"mode"`
-	Permissions   string            `json:"permissions"`
-	Owner         string            `json:"owner"`
-	Group         string            `json:"group"`
-	ModifiedTime  string            `json:"modifiedTime"`
-	SymlinkTarget *string           `json:"symlinkTarget"`
-	Metadata      map[string]string `json:"metadata"`
-}
-
-type entryAnswer struct {
-	Entry entry `json:"entry"`
-}
-
-func stat(t *testing.T, url, path string) entry {
-	t.Helper()
-	var r entryAnswer
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/Stat", map[string]any{"path": path}, &r)
-	return r.Entry
-}
-
-func listDirCall(t *testing.T, url, path string, depth int) []entry {
-	t.Helper()
-	var r struct {
-		Entries []entry `json:"entries"`
-	}
-	rpctest.MustUnary(t, url, "filesystem.Filesystem/ListDir", map[string]any{"path": path, "depth": depth}, &r)
-	return r.Entries
-}
-
-func paths(es []entry) []string {
+func paths(es []filesystemtest.Entry) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.Path)

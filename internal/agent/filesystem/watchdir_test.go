@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/agent/filesystem/filesystemtest"
 	"github.com/airlock-sandbox/airlock/internal/agent/rpc/rpctest"
 )
 
@@ -13,9 +14,9 @@ type watchEvent struct {
 	Start      *struct{} `json:"start"`
 	Keepalive  *struct{} `json:"keepalive"`
 	Filesystem *struct {
-		Name  string `json:"name"`
-		Type  string `json:"type"`
-		Entry *entry `json:"entry"`
+		Name  string                `json:"name"`
+		Type  string                `json:"type"`
+		Entry *filesystemtest.Entry `json:"entry"`
 	} `json:"filesystem"`
 }
 
