@@ -144,6 +144,13 @@ func streamEvents(ctx context.Context, r *http.Request, p *process, sub chan *ag
 			if !ok {
 				return nil
 			}
+			if ev.End != nil && ctx.Err() != nil {
+				// Killed at the call's deadline: the process's end and
+				// the deadline are both ready by now, and select would
+				// pick either. The caller asked for a timeout, and is
+				// told so, as envd does.
+				return ctx.Err()
+			}
 			if err := st.Send(&agentproto.StartResponse{Event: ev}); err != nil {
 				return err
 			}
