@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,7 +84,7 @@ func (a *Agent) envdHandler() http.Handler {
 	files.New(a.users).Register(mux)
 
 	mux.HandleFunc("POST "+agentproto.SetupEnvPath, a.setup)
-	a.interp.Register(mux) // SettlePath, ReseedPath
+	a.interp.Register(mux) // SettlePath, ReseedPath, WarmLatePath
 	a.cp.Register(mux)
 	filestate.New(a.log, a.users.Root).Register(mux)
 	forward.Register(mux)
@@ -155,6 +156,9 @@ func Main() error {
 	// A template that serves code starts its kernel now, in the pool.
 	if lang := os.Getenv(agentproto.PrestartEnv); lang != "" {
 		a.interp.Prestart(lang)
+	}
+	if late := os.Getenv(agentproto.PrestartLateEnv); late != "" {
+		a.interp.PrestartLate(strings.Split(late, ","))
 	}
 	if path := os.Getenv(agentproto.SocketEnv); path != "" {
 		resume := make(chan os.Signal, 1)

@@ -49,6 +49,13 @@ const AgentTasks = 32
 // asks the agent to start a kernel of that language at once.
 const PrestartEnv = "AIRLOCK_PRESTART_KERNEL"
 
+// PrestartLateEnv names the languages (comma-separated) whose kernels the
+// agent starts once the daemon puts the sandbox in a pool (WarmLatePath),
+// not at its start: a warm snapshot is saved before that, so that each of
+// its clones starts its own. A copy of a running Node kernel would give
+// every clone the same Math.random, which V8 seeds once, at its start.
+const PrestartLateEnv = "AIRLOCK_PRESTART_LATE"
+
 // SetupPath is the prefix of the agent's private endpoints, the daemon's
 // alone: the gateway never forwards a client's request under it. Each
 // endpoint's path and its Client method are in private.go.

@@ -29,6 +29,9 @@ const (
 	// ReseedPath: POST; 204 once every kernel's random generators are
 	// seeded afresh (in each clone of a warm snapshot).
 	ReseedPath = SetupPath + "reseed"
+	// WarmLatePath: POST; 204 at once, and the agent starts the kernels
+	// PrestartLateEnv names in the background (a sandbox put in a pool).
+	WarmLatePath = SetupPath + "warm-late"
 	// UntarPath: POST a tar stream; 200 once it is written into ?dir=
 	// with the owners and modes it carries (a template build's COPY).
 	UntarPath = SetupPath + "untar"
@@ -95,6 +98,12 @@ func (c *Client) Settle(ctx context.Context) error {
 // Reseed seeds the random generators of the agent's kernels afresh.
 func (c *Client) Reseed(ctx context.Context) error {
 	return c.private(ctx, ReseedPath, "", nil)
+}
+
+// WarmLate has the agent start the kernels PrestartLateEnv names, if any,
+// in the background.
+func (c *Client) WarmLate(ctx context.Context) error {
+	return c.private(ctx, WarmLatePath, "", nil)
 }
 
 // Untar has the agent, the sandbox's root, write the tar stream into dir

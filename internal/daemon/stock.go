@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -60,6 +61,12 @@ func stockTemplates(ctx context.Context, cfg *config.Config, mc *sandbox.Config,
 		// Its agent runs as the sandbox's root, as an image's does: user
 		// by default, root and sudo when asked, as on E2B.
 		t.Policy.Root = true
+		if t.Name == config.CodeInterpreter {
+			// E2B's code interpreter starts a JavaScript context beside
+			// Python's; tslab's kernel takes seconds to start, so a
+			// pooled sandbox has it running before it is claimed.
+			t.Policy.Env = append(t.Policy.Env, agentproto.PrestartLateEnv+"=javascript")
+		}
 		if err := t.Policy.Validate(); err != nil {
 			return nil, err
 		}

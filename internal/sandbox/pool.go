@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -157,11 +158,32 @@ func (p *pool) fill() {
 	}
 }
 
-// start starts a ready sandbox of kind k for the pool: a clone of its
-// template's warm snapshot, waiting for the first one to be made, or
+// start starts a ready sandbox of kind k for the pool, and has its agent
+// start the kernels its template starts only in a pool (see
+// agentproto.PrestartLateEnv): they are no part of a warm snapshot.
+func (p *pool) start(k int) (Instance, error) {
+	inst, err := p.startReady(k)
+	if err != nil || !startsLate(&p.tmpl) {
+		return inst, err
+	}
+	// In the background, answered at once: a failure costs the first
+	// cell of that language its kernel's start, no more.
+	if err := postAgent(p.ctx, inst, (*agentproto.Client).WarmLate, 10*time.Second); err != nil {
+		p.m.log.Warn("pool: late kernels not started", "template", p.tmpl.Name, "err", err)
+	}
+	return inst, nil
+}
+
+// startsLate reports whether t's agent starts kernels once in a pool.
+func startsLate(t *Template) bool {
+	return slices.ContainsFunc(t.Policy.Env, func(kv string) bool { return strings.HasPrefix(kv, agentproto.PrestartLateEnv+"=") })
+}
+
+// startReady starts a ready sandbox of kind k for the pool: a clone of
+// its template's warm snapshot, waiting for the first one to be made, or
 // started and readied; with a network, always started, in a network
 // closed to everything.
-func (p *pool) start(k int) (Instance, error) {
+func (p *pool) startReady(k int) (Instance, error) {
 	if k == netKind {
 		pol := p.tmpl.Policy
 		pol.Network = policy.Network{Mode: policy.NetFiltered}

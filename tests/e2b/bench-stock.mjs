@@ -47,14 +47,14 @@ try {
   }
   out.push(await memory('jail', 'jail'))
   out.push(await memory('base', 'Debian root'))
-  out.push(await memory('code-interpreter-v1', 'Debian root'))
+  out.push(await memory('code-interpreter-v1', 'Debian root', server))
   out.push(...await cells('Debian root', server))
 } finally {
   await server.stop()
 }
 server = await serve('jail', { stock: { root: 'jail' }, templates: { base: { poolSize: 0 }, jail: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 2 } } })
 try {
-  out.push(await memory('code-interpreter-v1', 'jail'))
+  out.push(await memory('code-interpreter-v1', 'jail', server))
   out.push(...await cells('jail', server))
 } finally {
   await server.stop()
@@ -63,10 +63,12 @@ rmSync(dir, { recursive: true, force: true })
 console.log(out.map((l) => '  ' + l).join('\n'))
 
 // memory is what 10 idle sandboxes of template t hold, each (a code
-// interpreter's with its first cell run), by their cgroups.
-async function memory(t, root) {
+// interpreter's with its first cell run, each claimed from server's full
+// pool once its kernels run), by their cgroups.
+async function memory(t, root, server) {
   const boxes = []
   for (let i = 0; i < 10; i++) {
+    if (server) await settledPool(server)
     const s = await Sandbox.create(t, { timeoutMs: 600_000 })
     if (t === 'code-interpreter-v1') await s.runCode('1')
     boxes.push(s)
@@ -78,15 +80,21 @@ async function memory(t, root) {
   return `memory of an idle ${t} on the ${root}: p50 ${pct(mem, 50).toFixed(1)} MiB`
 }
 
+// settledPool waits for server's code-interpreter-v1 pool to be full and
+// its kernels to run: a pooled sandbox counts as ready before them, and
+// on the Debian root they take ~5 s more on 2 cores (Python's, then
+// Node's, which the pool starts).
+async function settledPool(server) {
+  await poolReady(server, 'code-interpreter-v1', 2, 180_000)
+  await sleep(8000)
+}
+
 // cells times code-interpreter-v1's first cells, from a full pool.
 async function cells(root, server) {
   const py = []
   const js = []
   for (let i = 0; i < Math.min(N, 15); i++) {
-    // A pooled sandbox counts as ready before its prestarted kernel
-    // is: that takes ~1 s more.
-    await poolReady(server, 'code-interpreter-v1', 2, 180_000)
-    await sleep(2000)
+    await settledPool(server)
     let sbx
     py.push(await time(async () => { sbx = await Sandbox.create(); await sbx.runCode('1+1') }))
     js.push(await time(() => sbx.runCode('1+1', { language: 'js' })))

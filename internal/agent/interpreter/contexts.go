@@ -60,12 +60,16 @@ func (s *Service) newContext(ctx context.Context, language, cwd string) (*codeCo
 	c := &codeContext{ID: newID(), Language: lang.name, lang: lang, Cwd: s.users.User().Resolve(cwd), created: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	s.mu.Lock()
+	exports := s.exports // before the kernel takes the agent's environment
+	s.mu.Unlock()
 	if err := s.startKernel(ctx, c); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.contexts[c.ID] = c
 	s.mu.Unlock()
+	s.exportMissed(ctx, c, exports)
 	return c, nil
 }
 

@@ -40,6 +40,13 @@ type Service struct {
 	// settled is closed once the kernel Prestart starts is ready
 	// (warm.go).
 	settled chan struct{}
+	// late are the languages whose kernels WarmLatePath starts, once.
+	late     []string
+	lateOnce sync.Once
+	// exported are the sandbox's envVars (ExportEnv), and exports counts
+	// the calls: a kernel that started before the last one is told them.
+	exported map[string]string
+	exports  int
 	// grace is how long a kernel has to come back after an interrupt
 	// (interruptGrace; shorter in tests).
 	grace time.Duration
@@ -65,10 +72,12 @@ func (s *Service) Handler() http.Handler {
 }
 
 // Register adds the daemon's private endpoints of the interpreter (warm
-// snapshots' SettlePath and ReseedPath) to mux, the envd port's.
+// snapshots' SettlePath and ReseedPath, pools' WarmLatePath) to mux, the
+// envd port's.
 func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+agentproto.SettlePath, s.settle)
 	mux.HandleFunc("POST "+agentproto.ReseedPath, s.reseed)
+	mux.HandleFunc("POST "+agentproto.WarmLatePath, s.warmLate)
 }
 
 func jsonError(w http.ResponseWriter, status int, format string, args ...any) {

@@ -53,6 +53,29 @@ func (s *Service) prestart(language string) error {
 	return c.kernel.ExecuteSilent(ctx, "try:\n import matplotlib.pyplot, pandas\nexcept ImportError:\n pass\n")
 }
 
+// PrestartLate names the languages whose kernels start when the daemon
+// puts the sandbox in a pool (WarmLatePath), after any warm snapshot of
+// it was saved: see agentproto.PrestartLateEnv. It is called before the
+// agent serves.
+func (s *Service) PrestartLate(languages []string) { s.late = languages }
+
+// warmLate starts the late kernels in the background, one after the
+// other and once (a sandbox enters a pool once), and answers at once. A
+// cell of one of them that comes first waits for its start rather than
+// start a second kernel (defaultContext); a claim does not (ExportEnv).
+func (s *Service) warmLate(w http.ResponseWriter, r *http.Request) {
+	s.lateOnce.Do(func() {
+		go func() {
+			for _, language := range s.late {
+				if err := s.prestart(language); err != nil {
+					s.log.Warn("prestart kernel", "language", language, "err", err)
+				}
+			}
+		}()
+	})
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // settle answers once the prestarted kernel, if any, is ready.
 func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	select {

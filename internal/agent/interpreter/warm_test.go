@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
@@ -70,5 +71,39 @@ func TestPrestartAndReseed(t *testing.T) {
 	}
 	if _, got := text(execute(t, url, agentproto.ExecuteRequest{Code: "random.random()"})); got == want {
 		t.Errorf("after reseed, the seeded generator's next number %s again", got)
+	}
+}
+
+// TestWarmLate: the late kernels start when the daemon says so, in the
+// background, and once.
+func TestWarmLate(t *testing.T) {
+	needKernel(t, "python")
+	s, _, envd := newService(t)
+	s.PrestartLate([]string{"python"})
+	s.mu.Lock()
+	started := len(s.contexts)
+	s.mu.Unlock()
+	if started != 0 {
+		t.Fatalf("%d kernels before the daemon said so", started)
+	}
+	for range 2 {
+		if code := post(t, envd+agentproto.WarmLatePath); code != http.StatusNoContent {
+			t.Fatalf("warm-late: %d", code)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		s.mu.Lock()
+		_, ok := s.defaults["python"]
+		n := len(s.contexts)
+		s.mu.Unlock()
+		if ok {
+			if n != 1 {
+				t.Errorf("%d kernels, want the one default", n)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the late kernel never started")
+		}
 	}
 }
