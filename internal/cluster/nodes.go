@@ -51,6 +51,8 @@ type node struct {
 	Capacity  int            `json:"capacity"`
 	Sandboxes int            `json:"sandboxes"`
 	Ready     map[string]int `json:"ready"` // ready pooled sandboxes by template
+	// Templates: its builds of AirlockTemplates, by template name.
+	Templates map[string]TemplateStatus `json:"-"`
 	// target is Address parsed: where the proxy sends requests.
 	target *url.URL
 }

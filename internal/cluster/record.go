@@ -99,6 +99,19 @@ func parseNode(u, lease *unstructured.Unstructured) (known, error) {
 		r, _ := m["ready"].(int64)
 		n.Ready[t] = int(max(r, 0))
 	}
+	builds, _, _ := unstructured.NestedSlice(u.Object, "status", "templates")
+	n.Templates = map[string]TemplateStatus{}
+	for _, b := range builds {
+		m, _ := b.(map[string]any)
+		var t TemplateStatus
+		t.Name, _ = m["name"].(string)
+		t.Generation, _ = m["generation"].(int64)
+		t.Phase, _ = m["phase"].(string)
+		t.Message, _ = m["message"].(string)
+		t.BuildID, _ = m["buildID"].(string)
+		t.LocalBuildID, _ = m["localBuildID"].(string)
+		n.Templates[t.Name] = t
+	}
 	k.node = n
 	return k, nil
 }

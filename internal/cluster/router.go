@@ -34,8 +34,12 @@ type Router struct {
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	log    *slog.Logger
-	// uploads bounds the signed uploads held in memory at once.
+	// uploads bounds the signed uploads held at once.
 	uploads chan struct{}
+	// templates: the AirlockTemplates that template builds through the
+	// router write (builds.go), served by builds.
+	templates dynamic.ResourceInterface
+	builds    *http.ServeMux
 	// Console serves the web console's page and assets (nil: none).
 	Console http.Handler
 }
@@ -50,12 +54,15 @@ func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, do
 	if err := nodes.start(ctx); err != nil {
 		return nil, err
 	}
-	return newRouter(nodes, key, domain, log), nil
+	rt := newRouter(nodes, key, domain, log)
+	rt.templates = client.Resource(templatesResource).Namespace(namespace)
+	return rt, nil
 }
 
 // newRouter routes over nodes, which are being watched.
 func newRouter(nodes *nodeSet, key, domain string, log *slog.Logger) *Router {
 	rt := &Router{key: key, domain: domain, nodes: nodes, log: log, uploads: make(chan struct{}, signedUploads)}
+	rt.builds = rt.templateRoutes()
 	transport := &http.Transport{
 		// A node that is gone must fail fast: its sandboxes then answer
 		// 404 rather than hang.
@@ -124,6 +131,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	case rt.Console != nil && r.Method == http.MethodGet && (path == "/" || strings.HasPrefix(path, "/assets/")):
 		rt.Console.ServeHTTP(w, r)
+	case r.Method == http.MethodPut && rt.templates != nil && isFilesPath(path):
+		// Signed instead: the SDK puts a COPY's files to the URL it was
+		// given, without the API key.
+		id, hash := filesPath(path)
+		rt.uploadFiles(w, r, id, hash)
 	case !rt.authorized(r):
 		writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY or Authorization: Bearer)")
 	case r.Method == http.MethodPost && (path == "/sandboxes" || path == "/v2/sandboxes"):
@@ -142,7 +154,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(path, "/v2"), "/sandboxes/"), "/")
 		rt.toSandbox(w, r, route{id: id})
 	case strings.HasPrefix(path, "/templates") || strings.HasPrefix(path, "/v2/templates") || strings.HasPrefix(path, "/v3/templates"):
-		writeError(w, http.StatusNotImplemented, "template builds are not routed across a cluster yet: build on each node (its own address), or declare the template's pool with an AirlockPool")
+		if _, pattern := rt.builds.Handler(r); pattern != "" && rt.templates != nil {
+			rt.builds.ServeHTTP(w, r) // which sets the path's values
+			return
+		}
+		writeError(w, http.StatusNotFound, "not found")
 	case path == "/mcp":
 		writeError(w, http.StatusNotImplemented, "MCP sessions are not routed across a cluster yet: connect MCP clients to a node")
 	default:

@@ -204,8 +204,8 @@ func TestRouterRoutesByID(t *testing.T) {
 		body              string
 	}{
 		{"GET", "/health", "", http.StatusOK, `{"status":"ok"}`},
-		{"GET", "/templates", routerKey, http.StatusNotImplemented, "template builds are not routed"},
-		{"POST", "/v3/templates", routerKey, http.StatusNotImplemented, "template builds are not routed"},
+		{"POST", "/v3/templates", routerKey, http.StatusBadRequest, "invalid JSON body"},
+		{"GET", "/templates/a/b/c/d/e", routerKey, http.StatusNotFound, "not found"},
 		{"POST", "/mcp", routerKey, http.StatusNotImplemented, "MCP sessions are not routed"},
 		{"GET", "/elsewhere", routerKey, http.StatusNotFound, "not found"},
 		{"GET", "/", "", http.StatusUnauthorized, "API key"}, // no console configured

@@ -27,7 +27,15 @@ type TemplateStatus struct {
 	Generation int64  `json:"generation"`
 	Phase      string `json:"phase"` // building, ready or error
 	Message    string `json:"message,omitempty"`
+	// BuildID is the object's spec.buildID: the E2B build, made through
+	// a router, that this is a build of. LocalBuildID is the node's own
+	// build of it, whose log the router passes on.
+	BuildID      string `json:"buildID,omitempty"`
+	LocalBuildID string `json:"localBuildID,omitempty"`
 }
+
+// maxStatusMessage bounds a status message, as the CRD does.
+const maxStatusMessage = 4096
 
 // templates are the node's builds of AirlockTemplates, by template name.
 type templates struct {
@@ -136,20 +144,31 @@ func (n *Node) applyTemplates(ctx context.Context, store cache.Store) {
 			old.cancel()
 		}
 		bctx, cancel := context.WithCancel(ctx)
+		buildID, _ := spec["buildID"].(string)
 		b := &templateBuild{key: key, cancel: cancel,
-			status: TemplateStatus{Name: name, Generation: u.GetGeneration(), Phase: "building"}}
+			status: TemplateStatus{Name: name, Generation: u.GetGeneration(), Phase: "building", BuildID: buildID}}
 		ts.builds[name] = b
 		ts.mu.Unlock()
 		n.cfg.Log.Info("cluster: building template from AirlockTemplate", "template", name, "object", u.GetName(), "generation", u.GetGeneration())
 		go func() {
-			err := n.cfg.Local.build(bctx, name, spec)
+			err := n.cfg.Local.build(bctx, name, spec, func(local string) {
+				ts.mu.Lock()
+				defer ts.mu.Unlock()
+				if ts.builds[name] == b {
+					b.status.LocalBuildID = local
+				}
+			})
 			ts.mu.Lock()
 			defer ts.mu.Unlock()
 			if ts.builds[name] != b {
 				return // replaced by a newer generation, or removed
 			}
 			if err != nil {
-				b.status.Phase, b.status.Message = "error", err.Error()
+				msg := err.Error()
+				if len(msg) > maxStatusMessage {
+					msg = msg[:maxStatusMessage-3] + "..."
+				}
+				b.status.Phase, b.status.Message = "error", msg
 				n.cfg.Log.Warn("cluster: template build", "template", name, "err", err)
 				return
 			}
@@ -257,10 +276,11 @@ func (n *Node) reportConflicts(ctx context.Context, objs []any, losers []nameCon
 
 // build builds template name from spec (an AirlockTemplate's, E2B's
 // build request in shape) with the node's build API, as the SDKs' Template
-// builder does, and waits for it to end.
-func (l *LocalAPI) build(ctx context.Context, name string, spec map[string]any) error {
+// builder does, tells started the node's id of the build, and waits for
+// it to end.
+func (l *LocalAPI) build(ctx context.Context, name string, spec map[string]any, started func(buildID string)) error {
 	req := map[string]any{"name": name}
-	for _, k := range []string{"cpuCount", "memoryMB"} {
+	for _, k := range []string{"cpuCount", "memoryMB", "minFreeDiskMb"} {
 		if v, ok := spec[k]; ok {
 			req[k] = v
 		}
@@ -277,7 +297,7 @@ func (l *LocalAPI) build(ctx context.Context, name string, spec map[string]any) 
 		return fmt.Errorf("build request: %v", err)
 	}
 	start := map[string]any{}
-	for _, k := range []string{"fromImage", "fromTemplate", "steps", "startCmd", "readyCmd"} {
+	for _, k := range []string{"fromImage", "fromTemplate", "steps", "startCmd", "readyCmd", "force"} {
 		if v, ok := spec[k]; ok {
 			start[k] = v
 		}
@@ -286,6 +306,7 @@ func (l *LocalAPI) build(ctx context.Context, name string, spec map[string]any) 
 	if _, err := l.do(ctx, http.MethodPost, buildPath, start); err != nil {
 		return err
 	}
+	started(made.BuildID)
 	statusPath := "/templates/" + url.PathEscape(made.TemplateID) + "/builds/" + url.PathEscape(made.BuildID) + "/status?logsOffset=1000000000"
 	for {
 		select {

@@ -4,10 +4,11 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { request as httpRequest } from 'node:http'
-import { Sandbox } from 'e2b'
+import { Sandbox, Template, BuildError } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
-import { readdirSync } from 'node:fs'
+import { readdirSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
+import { tmpdir } from 'node:os'
 import { unavailable, startCluster, kustomizationFiles, objectsOf, api, ownerOf, namespace, manifests, sleep, stop } from './cluster-harness.mjs'
 
 const skip = unavailable() || false
@@ -269,6 +270,65 @@ test('a template declared with an AirlockTemplate is built on every node, and re
   }
 })
 
+test('the SDK\'s Template builder through the router: built on every node, with files, logs and tags', { skip }, async () => {
+  const context = mkdtempSync(join(tmpdir(), 'airlock-cluster-template-'))
+  try {
+    writeFileSync(join(context, 'notes.txt'), 'copied through the router\n')
+    const buildLog = []
+    const t = Template({ fileContextPath: context }).fromImage(`${c.registry}/busybox:latest`)
+      .copy('notes.txt', '/opt/notes.txt')
+      .runCmd('echo "built: $(cat /opt/notes.txt)"', { user: 'root' })
+    const info = await Template.build(t, 'routed', { ...c.opts, onBuildLogs: (e) => buildLog.push(e.message), cpuCount: 1, memoryMB: 256 })
+    assert.equal(info.templateId, 'routed')
+    assert.ok(buildLog.some((l) => l.includes('built: copied through the router')), `a node's log of the build:\n${buildLog.join('\n')}`)
+    // Its AirlockTemplate, which a node that joins later builds too.
+    const objs = await c.kube.call('GET', `/apis/airlock-sandbox.github.io/v1alpha1/namespaces/${namespace}/airlocktemplates`)
+    const obj = objs.json.items.find((o) => o.spec.name === 'routed')
+    assert.equal(obj?.spec.steps?.[0]?.type, 'COPY', JSON.stringify(objs.json.items.map((o) => o.spec)))
+    // Every node has it, and its files.
+    for (const n of c.nodes) {
+      const sb = await Sandbox.create('routed', { ...c.opts, apiUrl: n.url, sandboxUrl: n.url })
+      created.push(sb)
+      assert.equal(await sb.files.read('/opt/notes.txt'), 'copied through the router\n', n.name)
+      await sb.kill()
+    }
+    assert.equal(await Template.exists('routed', c.opts), true)
+    const list = await api(c, c.url, '/templates')
+    assert.ok(list.json.some((x) => x.templateID === 'routed') && list.json.some((x) => x.templateID === 'base'), JSON.stringify(list.json))
+
+    // A tag is a template of its own on every node; it goes when removed.
+    await Template.assignTags('routed', ['stable'], c.opts)
+    for (let i = 0; ; i++) {
+      const r = await api(c, c.url, '/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'routed:stable' }) })
+      if (r.status === 201) {
+        created.push({ kill: () => api(c, c.url, `/sandboxes/${r.json.sandboxID}`, { method: 'DELETE' }) })
+        break
+      }
+      if (i > 300) assert.fail(`routed:stable not built in 60 s: ${r.status} ${r.text}\n${logs()}`)
+      await sleep(200)
+    }
+    await Template.removeTags('routed', ['stable'], c.opts)
+
+    // A failing step fails the build, with the node's reason.
+    const failing = Template().fromImage(`${c.registry}/busybox:latest`).runCmd('echo no; exit 3', { user: 'root' })
+    await assert.rejects(Template.build(failing, 'routed-fails', c.opts), (e) => e instanceof BuildError && /node node-\d: .*exit/i.test(e.message))
+
+    // Deleted: the AirlockTemplates go, and every node removes the template.
+    for (const name of ['routed', 'routed-fails']) {
+      const del = await api(c, c.url, `/templates/${name}`, { method: 'DELETE' })
+      assert.equal(del.status, 204, `${name}: ${del.text}`)
+    }
+    for (let i = 0; ; i++) {
+      const gone = await Promise.all(c.nodes.map(async (n) => (await api(c, n.url, '/templates/aliases/routed')).status === 404))
+      if (gone.every(Boolean)) break
+      if (i > 300) assert.fail(`routed outlived its delete: ${gone}`)
+      await sleep(200)
+    }
+  } finally {
+    rmSync(context, { recursive: true, force: true })
+  }
+})
+
 test('a node that dies takes its sandboxes with it: 404 within seconds, the others keep working', { skip }, async () => {
   const boxes = []
   for (let i = 0; i < 6; i++) {
@@ -321,9 +381,9 @@ test('a node that dies takes its sandboxes with it: 404 within seconds, the othe
 
 test('the router refuses what it cannot route, and bad keys', { skip }, async () => {
   assert.equal((await api(c, c.url, '/sandboxes', { headers: { 'X-API-KEY': 'wrong' } })).status, 401)
-  const tpl = await api(c, c.url, '/v3/templates', { method: 'POST', body: '{}' })
-  assert.equal(tpl.status, 501)
-  assert.match(tpl.json.message, /template builds/)
+  const mcp = await api(c, c.url, '/mcp', { method: 'POST', body: '{}' })
+  assert.equal(mcp.status, 501)
+  assert.match(mcp.json.message, /MCP sessions/)
   // An id that names no node.
   assert.equal((await api(c, c.url, '/sandboxes/iffffff0000000000000')).status, 404)
   assert.equal((await api(c, c.url, '/sandboxes/not-an-id')).status, 404)
