@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -58,7 +59,8 @@ func (s *suite) crashCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var said bytes.Buffer
+	// Written by exec's copier of stderr and by the loop below.
+	var said lockedBuffer
 	cmd.Stderr = &said
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -84,4 +86,22 @@ func (s *suite) crashCleanup(t *testing.T) {
 	}
 	gone(t, "after the crash's Cleanup", left)
 	s.noLeftovers(t, "after the crash's Cleanup")
+}
+
+// lockedBuffer is a bytes.Buffer that two goroutines may write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
