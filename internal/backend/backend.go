@@ -78,9 +78,12 @@ type Checkpointer interface {
 // saved.
 type Restorer interface {
 	// Restore starts the box saved as name, under p (the policy it was
-	// started with), and tells its agent to listen again. The saved box
-	// stays until Forget: a restore that fails can be tried again.
-	Restore(ctx context.Context, name string, p policy.Policy) (Instance, error)
+	// started with), in netns where p has a network (as Start), and
+	// tells its agent to listen again. The restored box's interface and
+	// addresses are netns's, not those it was saved with: its open
+	// connections end. The saved box stays until Forget: a restore that
+	// fails can be tried again.
+	Restore(ctx context.Context, name string, p policy.Policy, netns *os.File) (Instance, error)
 	// Forget removes the saved box name.
 	Forget(name string) error
 	// Saved lists the names of the saved boxes.
@@ -100,10 +103,12 @@ type Snapshotter interface {
 // Cloner is a Backend that starts boxes from its Snapshotters' copies.
 type Cloner interface {
 	// Clone starts a new box from the copy in dir, under p (the policy
-	// of the box it is a copy of), and tells its agent to listen again.
-	// A copy of another runtime's version, or a corrupt one, is an
-	// error that says so; dir is only read.
-	Clone(ctx context.Context, dir string, p policy.Policy) (Instance, error)
+	// of the box it is a copy of), in netns where p has a network (as
+	// Restore: the copy's interface and addresses are netns's), and
+	// tells its agent to listen again. A copy of another runtime's
+	// version, or a corrupt one, is an error that says so; dir is only
+	// read.
+	Clone(ctx context.Context, dir string, p policy.Policy, netns *os.File) (Instance, error)
 }
 
 // StateError is saved state (a checkpoint, a snapshot) that a backend

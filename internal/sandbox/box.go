@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -11,17 +12,23 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// startBox starts a box of t under pol, without a network: cloned from
-// t's snapshot if it has one.
-func startBox(ctx context.Context, be Backend, t *Template, pol policy.Policy) (Instance, error) {
+// startBox starts a box of t under pol, in netns where pol has a network
+// (inNetwork): cloned from t's snapshot if it has one.
+func startBox(ctx context.Context, be Backend, t *Template, pol policy.Policy, netns *os.File) (Instance, error) {
 	if t.Snapshot == "" {
-		return be.Start(ctx, pol, nil)
+		return be.Start(ctx, pol, netns)
 	}
 	c, ok := be.(backend.Cloner)
 	if !ok {
 		return nil, fmt.Errorf("%w: the %s backend cannot start a sandbox from a snapshot", backend.ErrUnsupported, be.Name())
 	}
-	return c.Clone(ctx, t.Snapshot, pol)
+	return c.Clone(ctx, t.Snapshot, pol, netns)
+}
+
+// startTemplate starts a box of t for sandbox id under pol, in a network
+// of its own if pol has one.
+func (m *Manager) startTemplate(ctx context.Context, be Backend, t *Template, id string, pol policy.Policy) (Instance, NetAttachment, error) {
+	return m.inNetwork(ctx, id, pol, func(netns *os.File) (Instance, error) { return startBox(ctx, be, t, pol, netns) })
 }
 
 // prepare makes a started sandbox of t ready to be handed out: its agent

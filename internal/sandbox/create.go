@@ -176,17 +176,10 @@ func (m *Manager) requestPolicy(req CreateRequest, tmpl *Template) (policy.Polic
 		return pol, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	pol.Network = req.Network
-	if closed(pol.Network) && (tmpl.Snapshot != "" || req.AutoPauseFiles) {
-		pol.Network = policy.Network{}
-	}
-	networked := pol.Network.Mode != policy.NetNone
 	if req.AutoPauseFiles {
-		if err := m.filesPausable(req.TemplateID, networked); err != nil {
+		if err := m.filesPausable(req.TemplateID); err != nil {
 			return pol, false, err
 		}
-	}
-	if networked && tmpl.Snapshot != "" {
-		return pol, false, fmt.Errorf("%w: a sandbox from a snapshot cannot have a network yet: create it without allowInternetAccess and network", ErrInvalid)
 	}
 	return pol, custom, nil
 }
@@ -241,9 +234,9 @@ func (m *Manager) requestBackend(req CreateRequest, tmpl *Template) (Backend, er
 
 // box is a ready box on be for sandbox id of tmpl, under pol: a poolable
 // one is claimed from pool p (one with a network gets its policy then),
-// or else, without a network, cloned from the template's warm snapshot;
-// any other, or if neither has one, is started now, in a network of its
-// own if pol has one.
+// or else cloned from the template's warm snapshot; any other, or if
+// neither has one, is started now. Made now, it has a network of its own
+// if pol has one.
 func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol policy.Policy, id string, p *pool, poolable bool) (inst Instance, netAtt NetAttachment, pooled bool, err error) {
 	kind := kindOf(pol.Network)
 	if p != nil && poolable {
@@ -265,16 +258,12 @@ func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol polic
 	if err := m.hostRoom(); err != nil {
 		return nil, nil, false, err
 	}
-	if poolable && kind == plainKind {
-		if inst = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), pol); inst != nil {
-			return inst, nil, false, nil
+	if poolable {
+		if inst, netAtt = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), id, pol); inst != nil {
+			return inst, netAtt, false, nil
 		}
 	}
-	if pol.Network.Mode != policy.NetNone {
-		inst, netAtt, err = m.startNetworked(ctx, be, id, pol)
-	} else {
-		inst, err = startBox(ctx, be, tmpl, pol)
-	}
+	inst, netAtt, err = m.startTemplate(ctx, be, tmpl, id, pol)
 	if errors.Is(err, ErrInvalid) {
 		return nil, nil, false, err
 	}

@@ -43,7 +43,9 @@ func (m *Manager) Fork(ctx context.Context, id string, count int, ttl time.Durat
 	}
 	tmpl := of.template(filepath.Join(tmp, "state"))
 	sb, _ := m.Get(id) // for what the copies inherit; it may be gone by now
-	req := CreateRequest{TemplateID: of.Template, TTL: ttl}
+	// Each copy has a network of its own where the original had one,
+	// under the policy it had: its own addresses, the same rules.
+	req := CreateRequest{TemplateID: of.Template, TTL: ttl, Network: of.Policy.Network}
 	if sb != nil {
 		req.ClientID, req.AutoPause, req.AutoResume, req.Ingress = sb.ClientID, sb.autoPause, sb.AutoResume, sb.Ingress
 	}

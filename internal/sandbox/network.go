@@ -66,21 +66,38 @@ func (i netInstance) ExportRoot(ctx context.Context, w io.Writer) error {
 	return e.ExportRoot(ctx, w)
 }
 
-// startNetworked starts a sandbox of policy p in a network made for it.
-func (m *Manager) startNetworked(ctx context.Context, b Backend, id string, p policy.Policy) (Instance, NetAttachment, error) {
+// inNetwork starts a box for sandbox id under pol with start: in a
+// network made for it, closed to all but what pol's network allows, if
+// pol has one (start gets its namespace; the box and the network go
+// together from then on), else without one (start gets nil). Every box
+// with a network starts here: made afresh, cloned or restored.
+func (m *Manager) inNetwork(ctx context.Context, id string, pol policy.Policy, start func(netns *os.File) (Instance, error)) (Instance, NetAttachment, error) {
+	if pol.Network.Mode == policy.NetNone {
+		inst, err := start(nil)
+		return inst, nil, err
+	}
 	if m.cfg.Network == nil {
 		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network: create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut (SDKs that send allowInternetAccess true by default need it said)", ErrInvalid)
 	}
-	att, err := m.cfg.Network.Attach(ctx, id, p.Network)
+	att, err := m.cfg.Network.Attach(ctx, id, pol.Network)
 	if err != nil {
 		return nil, nil, fmt.Errorf("network: %w", err)
 	}
-	inst, err := b.Start(ctx, p, att.Namespace())
+	inst, err := start(att.Namespace())
 	if err != nil {
 		att.Close()
 		return nil, nil, err
 	}
 	return netInstance{inst, att}, att, nil
+}
+
+// bare is the backend's own instance of inst: what it can save, copy
+// or export, its network aside.
+func bare(inst Instance) Instance {
+	if n, ok := inst.(netInstance); ok {
+		return n.Instance
+	}
+	return inst
 }
 
 // UpdateNetwork replaces the network policy of sandbox id. A sandbox made
@@ -93,6 +110,24 @@ func (m *Manager) UpdateNetwork(id string, pol policy.Network) error {
 	sb, err := m.Get(id)
 	if err != nil {
 		return err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.net == nil && sb.pol.Network.Mode != policy.NetNone && sb.state.saved() {
+		// Paused to disk, it has no network now: the policy is its
+		// restore's.
+		if pol.Mode == policy.NetNone {
+			pol.Mode = policy.NetFiltered
+		}
+		if err := pol.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		sb.setNetwork(nil, pol)
+		if err := m.writeRecord(sb); err != nil {
+			return err
+		}
+		sb.Log("info", "sandbox", "network updated")
+		return nil
 	}
 	if sb.net == nil {
 		return fmt.Errorf("%w: sandbox %s has no network interface, so its network cannot change: it was created without one (by MCP, on a server without networks or sealed by network.default \"none\", from a snapshot, or with a pause that keeps only its files)", ErrConflict, id)

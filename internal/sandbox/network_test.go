@@ -130,18 +130,48 @@ func TestNetworkedSandbox(t *testing.T) {
 	if err := m.UpdateNetwork(sb.ID, internet); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a refused update: %v, want ErrInvalid", err)
 	}
-	// Its pause keeps it in memory: a copy would carry its addresses.
+	// Paused to disk, its network goes and its policy stays, for the
+	// network its resume makes (an update meanwhile included).
 	if err := m.Pause(t.Context(), sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if sb.State() != Paused {
-		t.Errorf("paused: %s, want paused in memory", sb.State())
+	if sb.State() != Saved || !att.isClosed() {
+		t.Errorf("paused: %s, its network closed %v; want saved, closed", sb.State(), att.isClosed())
+	}
+	if pol, ok := sb.Network(); !ok || pol.Mode != policy.NetFiltered || len(pol.AllowOut) != 0 {
+		t.Errorf("Network() of the saved sandbox = %+v, %v", pol, ok)
+	}
+	if err := m.UpdateNetwork(sb.ID, internet); err != nil {
+		t.Fatalf("update the network of a saved sandbox: %v", err)
 	}
 	if err := m.Resume(t.Context(), sb.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Snapshot(t.Context(), sb.ID, t.TempDir()+"/s"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "network") {
-		t.Errorf("snapshot of a networked sandbox: %v", err)
+	again := n.get(sb.ID)
+	if again == att || instance(sb).NetNS() != again.ns || again.Policy().Mode != policy.NetInternet {
+		t.Errorf("resumed outside a new network under its policy: %+v", again.Policy())
+	}
+	att = again
+	// Its copies each get a network of their own, under its policy.
+	copies, err := m.Fork(t.Context(), sb.ID, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range copies {
+		if c.Err != nil {
+			t.Fatal(c.Err)
+		}
+		ca := n.get(c.Sandbox.ID)
+		if ca == nil || ca == att || instance(c.Sandbox).NetNS() != ca.ns || ca.Policy().Mode != policy.NetInternet {
+			t.Errorf("copy %s: not in a network of its own under the original's policy", c.Sandbox.ID)
+		}
+		if err := m.Kill(c.Sandbox.ID); err != nil {
+			t.Fatal(err)
+		}
+		<-c.Sandbox.Done()
+		if !ca.isClosed() {
+			t.Error("a copy's network outlived it")
+		}
 	}
 	var buf bytes.Buffer
 	if err := sb.instance().(backend.RootExporter).ExportRoot(t.Context(), &buf); err == nil {
@@ -295,20 +325,30 @@ func TestNetworkedPool(t *testing.T) {
 	}
 }
 
-// A closed network is dropped where a sandbox cannot have one yet, rather
-// than the create refused: E2B's allowInternetAccess false with a pause
-// that keeps only files.
-func TestClosedNetworkDropped(t *testing.T) {
+// A sandbox whose pause keeps only its files has a network like any
+// other: its box and network go at the pause, and its resume makes both
+// anew under the policy it had.
+func TestFilesOnlyPauseKeepsTheNetwork(t *testing.T) {
 	n := &fakeNetwork{}
 	m, _ := newManager(t, Config{Network: n, NetworkedPools: true, StateDir: t.TempDir()}, 0)
 	sb := create(t, m, CreateRequest{Network: policy.Network{Mode: policy.NetFiltered}, AutoPause: true, AutoPauseFiles: true})
-	if _, ok := sb.Network(); ok {
-		t.Error("a sandbox whose pause keeps only files has a network")
+	att := n.get(sb.ID)
+	if _, ok := sb.Network(); !ok || att == nil {
+		t.Fatal("a sandbox whose pause keeps only files has no network")
 	}
-	if err := m.UpdateNetwork(sb.ID, internet); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "no network interface") {
-		t.Errorf("updateNetwork of a sandbox without an interface: %v, want ErrConflict", err)
+	if err := m.UpdateNetwork(sb.ID, internet); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := m.Create(t.Context(), CreateRequest{TemplateID: "base", Network: internet, AutoPause: true, AutoPauseFiles: true}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("the internet with a pause that keeps only files: %v, want ErrInvalid", err)
+	if err := m.Pause(t.Context(), sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if sb.State() != SavedFiles || !att.isClosed() {
+		t.Errorf("paused: %s, its network closed %v", sb.State(), att.isClosed())
+	}
+	if err := m.Resume(t.Context(), sb.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if again := n.get(sb.ID); again == att || instance(sb).NetNS() != again.ns || again.Policy().Mode != policy.NetInternet {
+		t.Error("resumed outside a new network under its policy")
 	}
 }

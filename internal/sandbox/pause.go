@@ -82,7 +82,7 @@ func (m *Manager) Reboot(ctx context.Context, id string, d time.Duration) error 
 	}
 	// Refused before anything runs again: a sandbox that cannot keep
 	// only its files stays paused.
-	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
+	if err := m.filesPausable(sb.TemplateID); err != nil {
 		return err
 	}
 	if err := m.Resume(ctx, id, d); err != nil {

@@ -93,10 +93,10 @@ func (p *pool) wants(k int) bool {
 }
 
 // networked reports whether the pool keeps sandboxes with a network: not
-// for a template of a snapshot (its clones cannot have one yet), nor for
-// one with a start command, which would run before the network is open.
+// for a template with a start command, which would run before the
+// network is open.
 func (p *pool) networked() bool {
-	return p.m.cfg.NetworkedPools && p.m.cfg.Network != nil && p.tmpl.Snapshot == "" && p.tmpl.Ready == nil
+	return p.m.cfg.NetworkedPools && p.m.cfg.Network != nil && p.tmpl.Ready == nil
 }
 
 func (p *pool) kick() {
@@ -181,22 +181,14 @@ func startsLate(t *Template) bool {
 
 // startReady starts a ready sandbox of kind k for the pool: a clone of
 // its template's warm snapshot, waiting for the first one to be made, or
-// started and readied; with a network, always started, in a network
-// closed to everything.
+// started and readied; with a network, in a network closed to
+// everything.
 func (p *pool) startReady(k int) (Instance, error) {
+	pol := p.tmpl.Policy
 	if k == netKind {
-		pol := p.tmpl.Policy
 		pol.Network = policy.Network{Mode: policy.NetFiltered}
-		inst, _, err := p.m.startNetworked(p.ctx, p.m.backendOf(&p.tmpl), "pool-"+p.tmpl.Name, pol)
-		if err != nil {
-			return nil, err
-		}
-		if err := prepare(p.ctx, &p.tmpl, inst); err != nil {
-			p.m.discard(inst)
-			return nil, fmt.Errorf("not ready: %w", err)
-		}
-		return inst, nil
 	}
+	id := "pool-" + p.tmpl.Name
 	w := p.m.warmSnapshot(&p.tmpl, true)
 	if w != nil {
 		select {
@@ -205,10 +197,10 @@ func (p *pool) startReady(k int) (Instance, error) {
 			return nil, p.ctx.Err()
 		}
 	}
-	if inst := p.m.cloneWarm(p.ctx, w, p.tmpl.Policy); inst != nil {
+	if inst, _ := p.m.cloneWarm(p.ctx, w, id, pol); inst != nil {
 		return inst, nil
 	}
-	inst, err := startBox(p.ctx, p.m.backendOf(&p.tmpl), &p.tmpl, p.tmpl.Policy)
+	inst, _, err := p.m.startTemplate(p.ctx, p.m.backendOf(&p.tmpl), &p.tmpl, id, pol)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
@@ -29,13 +30,7 @@ func (m *Manager) StartPrivate(ctx context.Context, b Backend, p policy.Policy) 
 	if b == nil {
 		b = m.backend
 	}
-	var inst Instance
-	var err error
-	if p.Network.Mode != policy.NetNone {
-		inst, _, err = m.startNetworked(ctx, b, "build-"+newSandboxID(""), p)
-	} else {
-		inst, err = b.Start(ctx, p, nil)
-	}
+	inst, _, err := m.inNetwork(ctx, "build-"+newSandboxID(""), p, func(netns *os.File) (Instance, error) { return b.Start(ctx, p, netns) })
 	if err != nil {
 		return nil, err
 	}

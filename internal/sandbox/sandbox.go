@@ -29,8 +29,12 @@ type Sandbox struct {
 	AutoResume bool
 	Ingress    Ingress
 
-	inst      Instance      // nil while saved (below); read it with instance()
-	net       NetAttachment // nil: loopback only
+	inst Instance // nil while saved (below); read it with instance()
+	// net is its box's network (nil: loopback only, or no box); pol's
+	// Network its policy while it has no box. Both change under mu and
+	// netMu; Network reads them under netMu alone.
+	net       NetAttachment
+	netMu     sync.Mutex
 	pol       policy.Policy // what it was started with, for a restore
 	be        Backend
 	ended     chan struct{} // closed when it is removed
@@ -172,10 +176,21 @@ func (s *Sandbox) BackendName() string { return s.be.Name() }
 // Network is the sandbox's network policy now, and whether it has a
 // network at all.
 func (s *Sandbox) Network() (policy.Network, bool) {
-	if s.net == nil {
-		return policy.Network{}, false
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	if s.net != nil {
+		return s.net.Policy(), true
 	}
-	return s.net.Policy(), true
+	return s.pol.Network, s.pol.Network.Mode != policy.NetNone
+}
+
+// setNetwork makes att the sandbox's network (nil while it has no box:
+// saved), and pol the network policy it keeps for its next one; s.mu is
+// held.
+func (s *Sandbox) setNetwork(att NetAttachment, pol policy.Network) {
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	s.net, s.pol.Network = att, pol
 }
 
 // Done is closed when the sandbox has ended, whatever the reason.

@@ -34,9 +34,9 @@ const savedFiles = "files"
 
 func (m *Manager) filesPath(id string) string { return filepath.Join(m.savedDir(), id+".tar") }
 
-// filesPausable says why a sandbox of template (its backend's policy, its
-// network) cannot keep only its files, or nil.
-func (m *Manager) filesPausable(template string, networked bool) error {
+// filesPausable says why a sandbox of template cannot keep only its
+// files, or nil.
+func (m *Manager) filesPausable(template string) error {
 	switch {
 	case m.cfg.StateDir == "":
 		return fmt.Errorf("%w: a pause that keeps only the files needs a state directory, which this server has not", ErrInvalid)
@@ -44,8 +44,6 @@ func (m *Manager) filesPausable(template string, networked bool) error {
 		// A template's image may let the sandbox write anywhere, and
 		// its start command expects what it left: not kept yet.
 		return fmt.Errorf("%w: a pause that keeps only the files is for sandboxes of base and code-interpreter-v1; pause this one with its memory", ErrInvalid)
-	case networked:
-		return fmt.Errorf("%w: a sandbox with a network cannot be paused without its memory yet; pause it with its memory", ErrInvalid)
 	}
 	return nil
 }
@@ -53,7 +51,7 @@ func (m *Manager) filesPausable(template string, networked bool) error {
 // saveFiles saves sb's files and ends its box; sb.mu is held. On error
 // sb runs on.
 func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
-	if err := m.filesPausable(sb.TemplateID, sb.net != nil); err != nil {
+	if err := m.filesPausable(sb.TemplateID); err != nil {
 		return err
 	}
 	start := m.clock.Now()
@@ -69,10 +67,14 @@ func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 		os.Remove(tmp)
 		return fmt.Errorf("save the files of sandbox %s: %w", sb.ID, err)
 	}
-	// Its box ends; the watcher (waiting for sb.mu) sees it is no longer
+	// Its box ends, and its network with it (the policy stays, for the
+	// next box); the watcher (waiting for sb.mu) sees it is no longer
 	// sb's.
 	inst := sb.inst
 	sb.inst = nil
+	if sb.net != nil {
+		sb.setNetwork(nil, sb.net.Policy())
+	}
 	if err := inst.Kill(ctx); err != nil {
 		m.log.Error("kill sandbox", "sandbox", sb.ID, "err", err)
 	}
@@ -115,29 +117,31 @@ func (m *Manager) fetchFiles(ctx context.Context, sb *Sandbox, path string) erro
 	return err
 }
 
-// restoreFiles starts a new box for sb, which keeps only its files, and
-// gives it them; sb.mu is held.
-func (m *Manager) restoreFiles(ctx context.Context, sb *Sandbox) (Instance, error) {
+// restoreFiles starts a new box for sb, which keeps only its files, in a
+// network of its own under its policy if it has one, and gives it them;
+// sb.mu is held.
+func (m *Manager) restoreFiles(ctx context.Context, sb *Sandbox) (Instance, NetAttachment, error) {
 	m.mu.Lock()
 	p := m.pools[sb.TemplateID]
 	m.mu.Unlock()
 	if p == nil || p.dynamic {
-		return nil, fmt.Errorf("its template %s is not this server's", sb.TemplateID)
+		return nil, nil, fmt.Errorf("its template %s is not this server's", sb.TemplateID)
 	}
 	tmpl := &p.tmpl
 	var inst Instance
+	var att NetAttachment
 	tp, pol := tmpl.Policy, sb.pol
 	if pol.MemoryBytes == tp.MemoryBytes && pol.CPUs == tp.CPUs && pol.Pids == tp.Pids && pol.DiskBytes == tp.DiskBytes && sb.be == m.backendOf(tmpl) {
-		inst = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), pol)
+		inst, att = m.cloneWarm(ctx, m.warmSnapshot(tmpl, false), sb.ID, pol)
 	}
 	if inst == nil {
 		var err error
-		if inst, err = startBox(ctx, sb.be, tmpl, pol); err != nil {
-			return nil, err
+		if inst, att, err = m.startTemplate(ctx, sb.be, tmpl, sb.ID, pol); err != nil {
+			return nil, nil, err
 		}
 		if err := prepare(ctx, tmpl, inst); err != nil {
 			m.discard(inst)
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	tr := agentTransport(the(inst))
@@ -148,9 +152,9 @@ func (m *Manager) restoreFiles(ctx context.Context, sb *Sandbox) (Instance, erro
 	}
 	if err != nil {
 		m.discard(inst)
-		return nil, err
+		return nil, nil, err
 	}
-	return inst, nil
+	return inst, att, nil
 }
 
 // putFiles sends the tar stream at path to the agent tr reaches.

@@ -84,13 +84,10 @@ func TestFilesOnlyPauseRefusals(t *testing.T) {
 		t.Errorf("a create asking for it without a state directory: %v", err)
 	}
 	pm, _ := persistent(t, Config{})
-	if err := pm.filesPausable("an-image", false); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "base and code-interpreter-v1") {
+	if err := pm.filesPausable("an-image"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "base and code-interpreter-v1") {
 		t.Errorf("a template of the image store: %v", err)
 	}
-	if err := pm.filesPausable("base", true); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "network") {
-		t.Errorf("a sandbox with a network: %v", err)
-	}
-	if err := pm.filesPausable("base", false); err != nil {
+	if err := pm.filesPausable("base"); err != nil {
 		t.Errorf("a sandbox of base: %v", err)
 	}
 }

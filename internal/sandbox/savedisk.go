@@ -11,19 +11,21 @@ import (
 )
 
 // A pause saves the sandbox to disk where its backend can (a
-// backend.Checkpointer: gVisor) and it has no network: its memory,
-// processes and files go into the backend's state, the box ends and its
-// memory is freed, and a record of what the API knows of it (ids, tokens,
-// metadata, policy, time to live) goes to <StateDir>/saved/<id>.json. It
-// then counts against no limit, survives a restart of the daemon (and of
-// the host), and connect restores it. Elsewhere a pause freezes the box
-// in memory, as before.
+// backend.Checkpointer: gVisor): its memory, processes and files go into
+// the backend's state, the box ends and its memory is freed, its network
+// is removed (its policy is kept), and a record of what the API knows of
+// it (ids, tokens, metadata, policy, time to live) goes to
+// <StateDir>/saved/<id>.json. It then counts against no limit, survives a
+// restart of the daemon (and of the host), and connect restores it, in a
+// network made anew under its policy: new addresses, its open connections
+// ended, as E2B's resume ends them. Elsewhere a pause freezes the box in
+// memory, as before.
 
 // canSave reports whether a pause of sb saves it to disk.
 func (m *Manager) canSave(sb *Sandbox) bool {
-	_, c := sb.inst.(backend.Checkpointer)
+	_, c := bare(sb.inst).(backend.Checkpointer)
 	_, r := sb.be.(backend.Restorer)
-	return c && r && sb.net == nil && !m.cfg.PauseInMemory
+	return c && r && !m.cfg.PauseInMemory
 }
 
 // save saves sb to disk; sb.mu is held. On error sb runs on.
@@ -33,13 +35,19 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 		return err
 	}
 	inst := sb.inst
-	name, err := inst.(backend.Checkpointer).Checkpoint(ctx)
+	name, err := bare(inst).(backend.Checkpointer).Checkpoint(ctx)
 	if err != nil {
 		return err
 	}
 	// Its box has ended; the watcher (waiting for sb.mu) sees it is no
-	// longer sb's.
+	// longer sb's. Its network goes: nothing runs in it.
 	sb.inst, sb.savedName = nil, name
+	if att := sb.net; att != nil {
+		sb.setNetwork(nil, att.Policy())
+		if err := att.Close(); err != nil {
+			m.log.Error("sandbox saved: remove its network", "sandbox", sb.ID, "err", err)
+		}
+	}
 	m.log.Info("sandbox saved to disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())
 	return nil
 }
@@ -64,14 +72,16 @@ func (m *Manager) quiesce(ctx context.Context, sb *Sandbox) error {
 func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 	start := m.clock.Now()
 	if from == SavedFiles {
-		inst, err := m.restoreFiles(ctx, sb)
+		inst, att, err := m.restoreFiles(ctx, sb)
 		if err != nil {
 			return &UnrestorableError{ID: sb.ID, Err: err}
 		}
 		os.Remove(m.filesPath(sb.ID))
-		return m.restored(sb, inst, start)
+		return m.restored(sb, inst, att, start)
 	}
-	inst, err := sb.be.(backend.Restorer).Restore(ctx, sb.savedName, sb.pol)
+	inst, att, err := m.inNetwork(ctx, sb.ID, sb.pol, func(netns *os.File) (Instance, error) {
+		return sb.be.(backend.Restorer).Restore(ctx, sb.savedName, sb.pol, netns)
+	})
 	if err != nil {
 		return &UnrestorableError{ID: sb.ID, Err: err}
 	}
@@ -81,12 +91,16 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 		inst.Wait()
 		return &UnrestorableError{ID: sb.ID, Err: fmt.Errorf("its agent: %w", err)}
 	}
-	return m.restored(sb, inst, start)
+	return m.restored(sb, inst, att, start)
 }
 
-// restored makes inst, restored since start, sb's box; sb.mu is held.
-func (m *Manager) restored(sb *Sandbox, inst Instance, start time.Time) error {
+// restored makes inst, restored since start, sb's box, and att (nil:
+// none) its network; sb.mu is held.
+func (m *Manager) restored(sb *Sandbox, inst Instance, att NetAttachment, start time.Time) error {
 	sb.inst, sb.savedName = inst, ""
+	if att != nil {
+		sb.setNetwork(att, att.Policy())
+	}
 	m.watch(sb, inst)
 	m.removeRecord(sb.ID)
 	m.log.Info("sandbox restored from disk", "sandbox", sb.ID, "ms", m.since(start).Milliseconds())

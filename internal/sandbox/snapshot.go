@@ -43,12 +43,10 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 		return SnapshotOf{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	case sb.state.paused():
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s is paused: connect to it first, then snapshot or fork it", ErrConflict, id)
-	case sb.net != nil:
-		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s has a network, and a sandbox with a network cannot be snapshotted or forked yet", ErrInvalid, id)
 	case !cloner:
 		return SnapshotOf{}, fmt.Errorf("%w: the %s backend cannot snapshot or fork a running sandbox (its memory): the gvisor backend can", ErrInvalid, sb.be.Name())
 	}
-	s, ok := sb.inst.(backend.Snapshotter)
+	s, ok := bare(sb.inst).(backend.Snapshotter)
 	if !ok {
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s cannot be snapshotted", ErrInvalid, id)
 	}
@@ -71,5 +69,8 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 		return SnapshotOf{}, fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
 	m.log.Info("sandbox snapshotted", "sandbox", id, "ms", m.since(start).Milliseconds())
-	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: sb.pol, Metadata: maps.Clone(sb.Metadata)}, nil
+	// Its copies get networks of their own under its policy now.
+	pol := sb.pol
+	pol.Network, _ = sb.Network()
+	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: pol, Metadata: maps.Clone(sb.Metadata)}, nil
 }

@@ -107,7 +107,7 @@ func (m *Manager) makeWarm(t Template, w *warmSnap) {
 // saveReady starts a sandbox of t, readies it, and saves it into a new
 // directory, whose path it returns.
 func (m *Manager) saveReady(ctx context.Context, t *Template, be Backend) (string, error) {
-	inst, err := startBox(ctx, be, t, t.Policy)
+	inst, err := startBox(ctx, be, t, t.Policy, nil)
 	if err != nil {
 		return "", err
 	}
@@ -140,19 +140,22 @@ func (m *Manager) saveReady(ctx context.Context, t *Template, be Backend) (strin
 	return dir, nil
 }
 
-// cloneWarm starts a clone of w under pol (its template's policy) and
-// readies it; nil if w is not made yet or the clone failed, which it
-// logs: the caller starts a sandbox afresh.
-func (m *Manager) cloneWarm(ctx context.Context, w *warmSnap, pol policy.Policy) Instance {
+// cloneWarm starts a clone of w for sandbox id under pol (its template's
+// policy, in a network of its own if pol has one) and readies it; nil if
+// w is not made yet or the clone failed, which it logs: the caller
+// starts a sandbox afresh.
+func (m *Manager) cloneWarm(ctx context.Context, w *warmSnap, id string, pol policy.Policy) (Instance, NetAttachment) {
 	if !w.made() {
-		return nil
+		return nil, nil
 	}
 	w.use.RLock()
 	defer w.use.RUnlock()
 	if w.removed {
-		return nil
+		return nil, nil
 	}
-	inst, err := w.be.(backend.Cloner).Clone(ctx, w.dir, pol)
+	inst, att, err := m.inNetwork(ctx, id, pol, func(netns *os.File) (Instance, error) {
+		return w.be.(backend.Cloner).Clone(ctx, w.dir, pol, netns)
+	})
 	if err == nil {
 		// Its agent answers, and its kernels' random numbers are its own.
 		if err = warm(ctx, inst); err == nil {
@@ -166,10 +169,10 @@ func (m *Manager) cloneWarm(ctx context.Context, w *warmSnap, pol policy.Policy)
 		if ctx.Err() == nil && !w.broken.Swap(true) {
 			m.log.Warn("warm snapshot: a clone failed; its template's sandboxes start afresh", "err", err)
 		}
-		return nil
+		return nil, nil
 	}
 	m.metrics.clones.Add(1)
-	return inst
+	return inst, att
 }
 
 // remove deletes w's save once no clone reads it.

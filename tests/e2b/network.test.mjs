@@ -732,3 +732,94 @@ test('an older SDK (e2b 2.45.0) creates with its defaults', { skip }, async () =
     rmSync(dir, { recursive: true, force: true })
   }
 })
+
+// Networked sandboxes lose nothing on gVisor: paused to disk, snapshotted
+// and forked, each copy runs in a network of its own (new addresses, the
+// same policy), which an updateNetwork of one copy changes for it alone.
+// A pause that keeps only the files keeps the network too, on both
+// backends.
+const gvisor = process.env.AIRLOCK_TEST_BACKEND === 'gvisor'
+// The sandboxes waiting in pools, once every pool is full.
+async function pooledSandboxes() {
+  for (let i = 0; ; i++) {
+    const r = await fetch(process.env.E2B_API_URL + '/airlock/pools', { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+    const { pools } = await r.json()
+    if (pools.every((p) => p.ready === p.size) || i > 300) return pools.reduce((n, p) => n + p.ready, 0)
+    await sleep(100)
+  }
+}
+
+test('a networked sandbox paused to disk, snapshotted and forked: each copy in a network of its own, under its policy', { skip: skip || (!gvisor && 'pause to disk, snapshots and fork are gVisor\'s'), timeout: 300_000 }, async () => {
+  const sbx = await create({ network: { denyOut: ['198.51.100.7'] } })
+  const all = [sbx]
+  try {
+    await expectOK(sbx, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(sbx, 'tcp', '198.51.100.7', '7000')
+    await sbx.commands.run('echo kept > /home/user/state')
+    const address = async (s) => (await s.commands.run("python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('203.0.113.10', 80)); print(s.getsockname()[0])\"")).stdout.trim()
+    const before = await address(sbx)
+
+    // Paused to disk: its interface goes with its box; resumed, in a new
+    // network under the same policy.
+    assert.equal(await sbx.pause(), true)
+    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+    assert.equal((await back.commands.run('cat /home/user/state')).stdout, 'kept\n')
+    await expectOK(back, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(back, 'tcp', '198.51.100.7', '7000')
+    assert.match(await address(back), /^\d+\.\d+\.\d+\.\d+$/, `before the pause: ${before}`)
+
+    // Forked: three copies, each its own address, the same rules.
+    const forks = await back.fork({ count: 3, timeoutMs: 120_000 })
+    all.push(...forks)
+    const addrs = new Set([await address(back)])
+    for (const f of forks) {
+      await f.files.write('/home/user/probe.py', probeScript)
+      assert.equal((await f.commands.run('cat /home/user/state')).stdout, 'kept\n')
+      await expectOK(f, /for allowed\.test/, 'http', 'https://allowed.test/')
+      await expectFail(f, 'tcp', '198.51.100.7', '7000')
+      addrs.add(await address(f))
+    }
+    assert.equal(addrs.size, 4, `the copies share addresses: ${[...addrs]}`)
+    // One copy's network changes; the others' stay.
+    await forks[0].updateNetwork({ allowOut: ['198.51.100.7'], denyOut: [ALL_TRAFFIC] })
+    await expectOK(forks[0], /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+    await expectFail(forks[0], 'http', 'https://allowed.test/')
+    await expectFail(forks[1], 'tcp', '198.51.100.7', '7000')
+    await expectOK(forks[1], /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(back, 'tcp', '198.51.100.7', '7000')
+
+    // A snapshot: a sandbox started from it has the network it asks for.
+    const snap = await back.createSnapshot({ name: 'net-snap' })
+    try {
+      const open = await Sandbox.create(snap.snapshotId, { timeoutMs: 120_000 })
+      all.push(open)
+      await open.files.write('/home/user/lab-ca.pem', readFileSync(process.env.AIRLOCK_LAB_CA, 'utf8'))
+      await expectOK(open, /banner from 198\.51\.100\.7/, 'tcp', '198.51.100.7', '7000')
+      const sealed = await Sandbox.create(snap.snapshotId, { timeoutMs: 120_000, allowInternetAccess: false })
+      all.push(sealed)
+      await expectFail(sealed, 'tcp', '198.51.100.7', '7000')
+      await expectFail(sealed, 'resolve', 'allowed.test')
+    } finally {
+      await Sandbox.deleteSnapshot(snap.snapshotId)
+    }
+  } finally {
+    for (const s of all) await s.kill().catch(() => {})
+  }
+  // What is left with a veth: the pools' sandboxes, and only they.
+  const pooled = await pooledSandboxes()
+  assert.equal((await settled(sandboxLinks, Array(pooled))).length, pooled, `veths outlived their sandboxes: ${sandboxLinks()}`)
+})
+
+test('a pause that keeps only the files keeps the network and its policy', { skip, timeout: 300_000 }, async () => {
+  const sbx = await create({ network: { denyOut: ['198.51.100.7'] } })
+  try {
+    await sbx.commands.run('echo kept > /home/user/state')
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+    assert.equal((await back.commands.run('cat /home/user/state')).stdout, 'kept\n')
+    await expectOK(back, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(back, 'tcp', '198.51.100.7', '7000')
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+})

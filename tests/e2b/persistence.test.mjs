@@ -32,15 +32,9 @@ function processesOf(stateDir) {
 let server
 // The servers' config files' directories, kept while servers restart.
 const configDirs = []
-// Every server here is sealed (network.default "none"): a sandbox with a
-// network, the E2B API's default elsewhere, cannot be saved, snapshotted
-// or forked yet, and one sealed on an open server keeps an interface
-// for updateNetwork (docs/not-done.md).
-const sealed = { network: { default: 'none' } }
-const sealedDir = mkdtempSync(join(tmpdir(), 'airlock-persist-cfg-'))
-configDirs.push(sealedDir)
-const sealedCfg = join(sealedDir, 'airlock.json')
-writeFileSync(sealedCfg, JSON.stringify(sealed))
+// Every server here is open, as E2B's API is by default: the sandboxes
+// have networks (closed ones included), which their saves, copies and
+// restores make anew.
 after(async () => {
   for (const d of configDirs) rmSync(d, { recursive: true, force: true })
   if (server) {
@@ -52,7 +46,7 @@ after(async () => {
 test('pause to disk: variables, files and processes outlive a killed daemon, three times over', { skip, timeout: 300_000 }, async () => {
   const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-persist-cfg-')), 'airlock.json')
   configDirs.push(dirname(cfg))
-  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1, ...sealed }))
+  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1 }))
   const args = ['--config', cfg, '--pool-size', '0']
   server = await startServer(args)
   const sbx = await Sandbox.create('code-interpreter-v1')
@@ -113,7 +107,7 @@ async function source() {
 }
 
 test('fork x3: three running, independent copies with their own ids and tokens; the original runs on', { skip, timeout: 300_000 }, async () => {
-  await restart(['--config', sealedCfg, '--pool-size', '0'])
+  await restart(['--pool-size', '0'])
   const sbx = await source()
   const endAt = (await sbx.getInfo()).endAt
   const forks = await sbx.fork({ count: 3, timeoutMs: 120_000 })
@@ -146,7 +140,7 @@ test('fork x3: three running, independent copies with their own ids and tokens; 
 })
 
 test('a snapshot is a template: sandboxes start from it as it was, after the source is gone and the daemon restarted; a corrupt one is refused', { skip, timeout: 300_000 }, async () => {
-  await restart(['--config', sealedCfg, '--pool-size', '0'])
+  await restart(['--pool-size', '0'])
   const sbx = await source()
   const snap = await sbx.createSnapshot({ name: 'persist-snap' })
   assert.equal(snap.snapshotId, 'persist-snap:default')
@@ -157,7 +151,7 @@ test('a snapshot is a template: sandboxes start from it as it was, after the sou
   await sbx.kill()
 
   await server.crash()
-  server = await startServer(['--config', sealedCfg, '--pool-size', '0'], { stateDir: server.stateDir, apiKey: server.apiKey })
+  server = await startServer(['--pool-size', '0'], { stateDir: server.stateDir, apiKey: server.apiKey })
   for (let i = 0; i < 2; i++) {
     const s = await Sandbox.create(snap.snapshotId)
     assert.equal((await s.runCode('x')).text, '1', 'the variable, from the snapshot')
@@ -198,7 +192,7 @@ test('a snapshot is a template: sandboxes start from it as it was, after the sou
 })
 
 test('namespaces: fork and snapshots are refused, naming the backend that has them', { skip: toDisk && 'gvisor has them', timeout: 120_000 }, async () => {
-  await restart(['--config', sealedCfg, '--pool-size', '0'])
+  await restart(['--pool-size', '0'])
   const sbx = await Base.create()
   await assert.rejects(sbx.fork({ count: 2 }), /namespaces backend cannot snapshot or fork a running sandbox.*gvisor/)
   await assert.rejects(sbx.createSnapshot(), /namespaces backend cannot snapshot or fork/)
@@ -208,9 +202,8 @@ test('namespaces: fork and snapshots are refused, naming the backend that has th
 })
 
 test('warm pool from a snapshot: the code interpreter starts as a copy of a ready kernel, its own variables and random numbers', { timeout: 300_000 }, async () => {
-  // Sealed: a clone of a warm snapshot cannot have a network yet, so an
-  // open server's pool (networked sandboxes) starts its sandboxes afresh.
-  await restart(['--config', sealedCfg, '--pool-size', '1'])
+  // The pool's sandboxes have networks: each clone gets one of its own.
+  await restart(['--pool-size', '1'])
   // The pool's first sandbox waits for the warm snapshot, then is a clone
   // of it; where the backend cannot clone (namespaces) it starts afresh.
   await poolReady(server, 'code-interpreter-v1', 1, 240_000)
@@ -245,7 +238,7 @@ test('warm pool from a snapshot: the code interpreter starts as a copy of a read
 test('pause keeping only the files (keepMemory: false): files outlive a killed daemon, nothing runs, on every backend', { timeout: 300_000 }, async () => {
   const cfg = join(mkdtempSync(join(tmpdir(), 'airlock-persist-cfg-')), 'airlock.json')
   configDirs.push(dirname(cfg))
-  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1, ...sealed }))
+  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 1 }))
   const args = ['--config', cfg, '--pool-size', '0']
   await restart(args)
   const sbx = await Sandbox.create('code-interpreter-v1', { envs: { KEPT_VAR: 'kept' } })
@@ -297,8 +290,7 @@ test('pause keeping only the files (keepMemory: false): files outlive a killed d
 // onResume 'reboot' (connect's memory: false), as on E2B: a paused
 // sandbox comes back from its files only, nothing of what ran.
 test("connect with onResume 'reboot': the files stay, the processes are gone", { skip: noFreezer, timeout: 120_000 }, async () => {
-  // Sealed: a networked sandbox cannot pause without its memory yet.
-  await restart(['--config', sealedCfg, '--pool-size', '0'])
+  await restart(['--pool-size', '0'])
   const sbx = await Base.create()
   try {
     await sbx.files.write('/home/user/kept.txt', 'kept')

@@ -37,10 +37,6 @@ const snapshotMarker = "fake-snapshot.json"
 // Checkpoint saves the instance, whose agent must have let go of its
 // socket, and ends it; on error it runs on, its agent listening again.
 func (i *Instance) Checkpoint(ctx context.Context) (string, error) {
-	if i.netns != nil {
-		i.listenAgain()
-		return "", fmt.Errorf("%w: a sandbox with a network cannot be saved to disk yet", backend.ErrUnsupported)
-	}
 	if err := i.awaitRelease(ctx); err != nil {
 		i.listenAgain()
 		return "", err
@@ -64,7 +60,10 @@ func (i *Instance) Checkpoint(ctx context.Context) (string, error) {
 
 // Restore serves the box saved as name again, under p; it is forgotten
 // once it serves. A failed restore leaves it saved.
-func (b *Backend) Restore(ctx context.Context, name string, p policy.Policy) (backend.Instance, error) {
+func (b *Backend) Restore(ctx context.Context, name string, p policy.Policy, netns *os.File) (backend.Instance, error) {
+	if err := backend.CheckNetNS(&p, netns); err != nil {
+		return nil, err
+	}
 	if err := b.failure(OpRestore); err != nil {
 		return nil, err
 	}
@@ -74,7 +73,7 @@ func (b *Backend) Restore(ctx context.Context, name string, p policy.Policy) (ba
 	if bx == nil {
 		return nil, fmt.Errorf("no saved sandbox %q", name)
 	}
-	i, err := b.serve(bx, p, nil)
+	i, err := b.serve(bx, p, netns)
 	if err != nil {
 		return nil, err
 	}
@@ -118,9 +117,6 @@ type fakeSnapshot struct {
 // again however it ends.
 func (i *Instance) Snapshot(ctx context.Context, dir string) error {
 	defer i.listenAgain()
-	if i.netns != nil {
-		return fmt.Errorf("%w: a sandbox with a network cannot be snapshotted yet", backend.ErrUnsupported)
-	}
 	if err := i.awaitRelease(ctx); err != nil {
 		return err
 	}
@@ -146,7 +142,10 @@ func (i *Instance) Snapshot(ctx context.Context, dir string) error {
 
 // Clone starts a new instance under p over a copy of the snapshot in
 // dir, with its environment; dir is only read.
-func (b *Backend) Clone(ctx context.Context, dir string, p policy.Policy) (backend.Instance, error) {
+func (b *Backend) Clone(ctx context.Context, dir string, p policy.Policy, netns *os.File) (backend.Instance, error) {
+	if err := backend.CheckNetNS(&p, netns); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	b.clones++
 	b.mu.Unlock()
@@ -176,7 +175,7 @@ func (b *Backend) Clone(ctx context.Context, dir string, p policy.Policy) (backe
 		os.RemoveAll(bx.dir)
 		return nil, err
 	}
-	return b.serve(bx, p, nil)
+	return b.serve(bx, p, netns)
 }
 
 // setEnv sets env up in bx's agent, as the daemon's setup did in the

@@ -108,7 +108,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 	}
 	p := policy.Default()
 	p.MemoryBytes = 128 << 20
-	r, err := b.Restore(t.Context(), name, p)
+	r, err := b.Restore(t.Context(), name, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 	if saved, _ := b.Saved(); len(saved) != 0 {
 		t.Errorf("Saved() = %v after the restore, want none", saved)
 	}
-	if _, err := b.Restore(t.Context(), name, p); err == nil {
+	if _, err := b.Restore(t.Context(), name, p, nil); err == nil {
 		t.Error("a second restore of one checkpoint succeeded")
 	}
 	if got := len(b.Instances()); got != 2 {
@@ -179,19 +179,19 @@ func TestRestoreFailureKeepsTheSave(t *testing.T) {
 	}
 	boom := errors.New("boom")
 	b.SetError(OpRestore, boom)
-	if _, err := b.Restore(t.Context(), name, policy.Default()); !errors.Is(err, boom) {
+	if _, err := b.Restore(t.Context(), name, policy.Default(), nil); !errors.Is(err, boom) {
 		t.Fatalf("restore with an injected failure: %v", err)
 	}
 	if saved, _ := b.Saved(); !slices.Equal(saved, []string{name}) {
 		t.Fatalf("Saved() = %v after a failed restore, want it kept", saved)
 	}
 	b.SetError(OpRestore, nil)
-	r, err := b.Restore(t.Context(), name, policy.Default())
+	r, err := b.Restore(t.Context(), name, policy.Default(), nil)
 	if err != nil {
 		t.Fatalf("a second try: %v", err)
 	}
 	cleanup(t, r)
-	if _, err := b.Restore(t.Context(), "nope", policy.Default()); err == nil {
+	if _, err := b.Restore(t.Context(), "nope", policy.Default(), nil); err == nil {
 		t.Error("restore of an unknown name succeeded")
 	}
 }
@@ -216,7 +216,7 @@ func TestForget(t *testing.T) {
 	if err := b.Forget("nope"); err != nil {
 		t.Errorf("Forget of an unknown name: %v", err)
 	}
-	if _, err := b.Restore(t.Context(), name, policy.Default()); err == nil {
+	if _, err := b.Restore(t.Context(), name, policy.Default(), nil); err == nil {
 		t.Error("restore of a forgotten box succeeded")
 	}
 }
@@ -242,7 +242,7 @@ func TestSnapshotAndClone(t *testing.T) {
 	}
 	var clones []*Instance
 	for range 2 {
-		c, err := b.Clone(t.Context(), dir, policy.Default())
+		c, err := b.Clone(t.Context(), dir, policy.Default(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,12 +307,12 @@ func TestSnapshotFailuresKeepItServing(t *testing.T) {
 func TestCloneRefusesWhatIsNoSnapshot(t *testing.T) {
 	b := New(t.TempDir(), nil)
 	var se *backend.StateError
-	if _, err := b.Clone(t.Context(), t.TempDir(), policy.Default()); !errors.As(err, &se) {
+	if _, err := b.Clone(t.Context(), t.TempDir(), policy.Default(), nil); !errors.As(err, &se) {
 		t.Errorf("clone of an empty directory: %v, want a StateError", err)
 	}
 	corrupt := t.TempDir()
 	writeFile(t, filepath.Join(corrupt, snapshotMarker), "{")
-	if _, err := b.Clone(t.Context(), corrupt, policy.Default()); !errors.As(err, &se) || !strings.Contains(se.Error(), "corrupt") {
+	if _, err := b.Clone(t.Context(), corrupt, policy.Default(), nil); !errors.As(err, &se) || !strings.Contains(se.Error(), "corrupt") {
 		t.Errorf("clone of a corrupt snapshot: %v", err)
 	}
 	inst := start(t, b)
@@ -323,7 +323,7 @@ func TestCloneRefusesWhatIsNoSnapshot(t *testing.T) {
 	}
 	boom := errors.New("boom")
 	b.SetError(OpClone, boom)
-	if _, err := b.Clone(t.Context(), dir, policy.Default()); !errors.Is(err, boom) {
+	if _, err := b.Clone(t.Context(), dir, policy.Default(), nil); !errors.Is(err, boom) {
 		t.Errorf("clone with an injected failure: %v", err)
 	}
 	if got := b.Live(); got != 1 {
@@ -331,33 +331,60 @@ func TestCloneRefusesWhatIsNoSnapshot(t *testing.T) {
 	}
 }
 
-// A sandbox with a network is neither saved nor copied, as on gVisor.
-func TestNetworkedInstanceIsNotPersisted(t *testing.T) {
+// A sandbox with a network is saved and copied as gVisor's is: each
+// restore and each copy runs in the namespace it is given then, and one
+// given a namespace its policy has no network for is refused.
+func TestNetworkedInstanceIsPersisted(t *testing.T) {
 	b := New(t.TempDir(), nil)
-	netns, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
+	nsFile := func() *os.File {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
 	}
-	defer netns.Close()
-	i, err := b.Start(t.Context(), policy.Default(), netns)
+	p := policy.Default()
+	p.Network = policy.Network{Mode: policy.NetFiltered}
+	first := nsFile()
+	i, err := b.Start(t.Context(), p, first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cleanup(t, i)
-	inst := i.(*Instance)
-	if inst.NetNS() != netns {
-		t.Error("NetNS is not the namespace given")
+	quiesce(t, i)
+	dir := filepath.Join(t.TempDir(), "s")
+	if err := i.(*Instance).Snapshot(t.Context(), dir); err != nil {
+		t.Fatalf("snapshot with a network: %v", err)
 	}
-	quiesce(t, inst)
-	if _, err := inst.Checkpoint(t.Context()); !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("checkpoint with a network: %v, want ErrUnsupported", err)
+	copyNS := nsFile()
+	c, err := b.Clone(t.Context(), dir, p, copyNS)
+	if err != nil {
+		t.Fatalf("clone with a network: %v", err)
 	}
-	quiesce(t, inst)
-	if err := inst.Snapshot(t.Context(), filepath.Join(t.TempDir(), "s")); !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("snapshot with a network: %v, want ErrUnsupported", err)
+	cleanup(t, c)
+	if c.(*Instance).NetNS() != copyNS {
+		t.Error("the copy does not run in the namespace it was given")
 	}
-	if !serves(t, inst) {
-		t.Error("not serving after the refusals")
+	if _, err := b.Clone(t.Context(), dir, p, nil); err == nil {
+		t.Error("a copy whose policy has a network started without a namespace")
+	}
+	quiesce(t, i)
+	name, err := i.(*Instance).Checkpoint(t.Context())
+	if err != nil {
+		t.Fatalf("checkpoint with a network: %v", err)
+	}
+	if _, err := b.Restore(t.Context(), name, policy.Default(), nsFile()); err == nil {
+		t.Error("a restore given a namespace its policy has no network for")
+	}
+	again := nsFile()
+	r, err := b.Restore(t.Context(), name, p, again)
+	if err != nil {
+		t.Fatalf("restore with a network: %v", err)
+	}
+	cleanup(t, r)
+	if r.(*Instance).NetNS() != again || !serves(t, r) {
+		t.Error("the restored instance is not in its new namespace, serving")
 	}
 }
 

@@ -50,9 +50,6 @@ var (
 
 // Checkpoint saves the sandbox and ends it (backend.Checkpointer).
 func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
-	if s.b.netns != nil {
-		return "", fmt.Errorf("%w: a sandbox with a network cannot be saved to disk yet", backend.ErrUnsupported)
-	}
 	if err := s.awaitAgentRelease(ctx); err != nil {
 		s.resumeAgent()
 		return "", err
@@ -83,9 +80,6 @@ func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
 func (s *agentSandbox) Snapshot(ctx context.Context, dir string) error {
 	// However it ends, the agent listens again.
 	defer s.resumeAgent()
-	if s.b.netns != nil {
-		return fmt.Errorf("%w: a sandbox with a network cannot be snapshotted yet", backend.ErrUnsupported)
-	}
 	if err := s.awaitAgentRelease(ctx); err != nil {
 		return err
 	}
@@ -100,11 +94,11 @@ func (s *agentSandbox) Snapshot(ctx context.Context, dir string) error {
 }
 
 // Clone starts a new sandbox from the snapshot in dir (backend.Cloner).
-func (be *Backend) Clone(ctx context.Context, dir string, p policy.Policy) (backend.Instance, error) {
+func (be *Backend) Clone(ctx context.Context, dir string, p policy.Policy, netns *os.File) (backend.Instance, error) {
 	if err := be.checkStamp(dir); err != nil {
 		return nil, err
 	}
-	s, err := be.prepare(ctx, p, nil)
+	s, err := be.prepare(ctx, p, netns)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +165,10 @@ func (s *agentSandbox) resumeAgent() error {
 var savedName = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
 // Restore starts the sandbox saved as name under p (backend.Restorer).
-func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (backend.Instance, error) {
+func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy, netns *os.File) (backend.Instance, error) {
+	if err := backend.CheckNetNS(&p, netns); err != nil {
+		return nil, err
+	}
 	if !savedName.MatchString(name) {
 		return nil, fmt.Errorf("no saved sandbox %q", name)
 	}
@@ -186,6 +183,14 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy) (b
 	p.Pids += agentproto.AgentTasks
 	b, err := be.openBundle(name, &p)
 	if err != nil {
+		return nil, err
+	}
+	// The network namespace is the restore's own: runsc joins it by the
+	// path in config.json (a descriptor of this process), and its
+	// netstack takes the interfaces and routes it finds there.
+	b.netns = netns
+	if err := setNetNS(b, netns); err != nil {
+		b.release("")
 		return nil, err
 	}
 	if len(p.RootLayers) > 0 {

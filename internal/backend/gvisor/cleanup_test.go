@@ -87,7 +87,7 @@ func TestForget(t *testing.T) {
 		if err := be.Forget(name); err == nil || !strings.Contains(err.Error(), "no saved sandbox") {
 			t.Errorf("Forget(%q): %v", name, err)
 		}
-		if _, err := be.Restore(t.Context(), name, backendtest.TestPolicy()); err == nil || !strings.Contains(err.Error(), "no saved sandbox") {
+		if _, err := be.Restore(t.Context(), name, backendtest.TestPolicy(), nil); err == nil || !strings.Contains(err.Error(), "no saved sandbox") {
 			t.Errorf("Restore(%q): %v", name, err)
 		}
 	}
@@ -109,11 +109,11 @@ func TestForget(t *testing.T) {
 	// A bundle without the marker is no saved sandbox; one whose state has
 	// no stamp is refused before runsc sees it.
 	makeBundle(t, be, "00000000000000aa", false, false)
-	if _, err := be.Restore(t.Context(), "00000000000000aa", backendtest.TestPolicy()); err == nil || !strings.Contains(err.Error(), "no saved sandbox") {
+	if _, err := be.Restore(t.Context(), "00000000000000aa", backendtest.TestPolicy(), nil); err == nil || !strings.Contains(err.Error(), "no saved sandbox") {
 		t.Errorf("Restore of an unsaved bundle: %v", err)
 	}
 	makeBundle(t, be, "00000000000000bb", false, true)
-	if _, err := be.Restore(t.Context(), "00000000000000bb", backendtest.TestPolicy()); err == nil || !strings.Contains(err.Error(), "no stamp") {
+	if _, err := be.Restore(t.Context(), "00000000000000bb", backendtest.TestPolicy(), nil); err == nil || !strings.Contains(err.Error(), "no stamp") {
 		t.Errorf("Restore of an unstamped save: %v", err)
 	}
 }

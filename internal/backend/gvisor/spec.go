@@ -94,11 +94,7 @@ func (be *Backend) writeConfig(b *bundle, spec *backend.Spec, mounts []specs.Mou
 	mem := b.limits.MemoryBytes
 	period := uint64(100_000)
 	quota := max(int64(b.limits.CPUs*float64(period)), 1000)
-	netns := specs.LinuxNamespace{Type: "network"}
-	if spec.NetNS != nil {
-		// runsc joins the namespace by path: the daemon's descriptor.
-		netns.Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), spec.NetNS.Fd())
-	}
+	netns := netNamespace(spec.NetNS)
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	cfg := specs.Spec{
 		Version:  specs.Version,
@@ -272,4 +268,44 @@ func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs
 		return err
 	}
 	return be.writeConfig(b, spec, append(mounts, etc...))
+}
+
+// netNamespace is the network namespace of a sandbox's config: netns,
+// which runsc joins by path (the daemon's descriptor), or, without one, a
+// new one of runsc's (--network=none).
+func netNamespace(netns *os.File) specs.LinuxNamespace {
+	ns := specs.LinuxNamespace{Type: "network"}
+	if netns != nil {
+		ns.Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), netns.Fd())
+	}
+	return ns
+}
+
+// setNetNS points the config.json of b, saved, at netns: a restore runs
+// in a network of its own, made for it (runsc allows a namespace's path
+// to change between save and restore). The bundle is the daemon's, out of
+// the sandbox's reach.
+func setNetNS(b *bundle, netns *os.File) error {
+	path := filepath.Join(b.dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var cfg specs.Spec
+	if err := json.Unmarshal(data, &cfg); err != nil || cfg.Linux == nil {
+		return &backend.StateError{Reason: "has a corrupt configuration"}
+	}
+	for i, ns := range cfg.Linux.Namespaces {
+		if ns.Type == "network" {
+			cfg.Linux.Namespaces[i] = netNamespace(netns)
+		}
+	}
+	if data, err = json.Marshal(&cfg); err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
