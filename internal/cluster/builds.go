@@ -8,8 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,19 +77,40 @@ func storeName(id, tag string) string {
 	return id + ":" + tag
 }
 
+// validTemplateID reports whether id is a template's id, without a tag.
+func validTemplateID(id string) bool { return validID.MatchString(id) && !strings.Contains(id, "..") }
+
+// validHash reports whether h is a sha256 in hex, as a COPY's files hash.
+func validHash(h string) bool { return len(h) == 64 && strings.Trim(h, "0123456789abcdef") == "" }
+
 // parseName splits "id[:tag]" and checks both; tag is "default" if none.
 func parseName(name string) (id, tag string, err error) {
 	id, tag, hasTag := strings.Cut(name, ":")
 	if !hasTag {
 		tag = "default"
 	}
-	if !validID.MatchString(id) || strings.Contains(id, "..") {
+	if !validTemplateID(id) {
 		return "", "", fmt.Errorf("template name %q: use lower-case letters, digits and . _ - (and :tag)", name)
 	}
 	if !validTag.MatchString(tag) {
 		return "", "", fmt.Errorf("tag %q: use up to 64 lower-case letters, digits and . _ -", tag)
 	}
 	return id, tag, nil
+}
+
+// madeBy labels the AirlockTemplates a router wrote: the only ones it
+// changes or deletes. Those an operator declared are theirs: a build or a
+// delete through the API that would touch one is refused.
+const madeBy = Group + "/made-by"
+
+func routerMade(u *unstructured.Unstructured) bool { return u.GetLabels()[madeBy] == "router" }
+
+// errDeclared: a build or delete through the router would change an
+// AirlockTemplate that an operator declared.
+type errDeclared struct{ object, template string }
+
+func (e errDeclared) Error() string {
+	return fmt.Sprintf("template %s is declared by AirlockTemplate %q, which the API does not change: edit or delete that object", e.template, e.object)
 }
 
 // objectName is the name of a new AirlockTemplate for template name: its
@@ -199,7 +223,7 @@ func (rt *Router) requestBuild(w http.ResponseWriter, r *http.Request) {
 func (rt *Router) startBuild(w http.ResponseWriter, r *http.Request) {
 	id, buildID := r.PathValue("id"), r.PathValue("buildID")
 	t, ok := parseTicket(buildID)
-	if _, _, err := parseName(id); !ok || err != nil {
+	if !ok || !validTemplateID(id) {
 		writeError(w, http.StatusNotFound, "build %q of template %q not found", buildID, id)
 		return
 	}
@@ -304,18 +328,21 @@ func (rt *Router) writeSpec(ctx context.Context, name string, spec map[string]an
 		if err != nil {
 			return err
 		}
-		if u != nil {
+		switch {
+		case u != nil && !routerMade(u):
+			return errDeclared{u.GetName(), name}
+		case u != nil:
 			u.Object["spec"] = spec
 			_, err = rt.templates.Update(ctx, u, metav1.UpdateOptions{})
-		} else {
+		default:
 			u = &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": Group + "/" + Version, "kind": "AirlockTemplate",
-				"metadata": map[string]any{"name": objectName(name)},
+				"metadata": map[string]any{"name": objectName(name), "labels": map[string]any{madeBy: "router"}},
 				"spec":     spec,
 			}}
 			_, err = rt.templates.Create(ctx, u, metav1.CreateOptions{})
 		}
-		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && try < 3 {
+		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) && try < 3 {
 			continue
 		}
 		return err
@@ -349,6 +376,11 @@ func (rt *Router) allObjects(ctx context.Context) ([]any, error) {
 // the client gave is its 400; anything else is the router's trouble,
 // logged and not passed on.
 func (rt *Router) apiError(w http.ResponseWriter, err error) {
+	var declared errDeclared
+	if errors.As(err, &declared) {
+		writeError(w, http.StatusConflict, "%v", err)
+		return
+	}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -374,6 +406,10 @@ func (rt *Router) buildState(ctx context.Context, name, buildID string, t buildT
 	if cur != buildID {
 		if other, ok := parseTicket(cur); ok && other.At > t.At {
 			return "error", fmt.Sprintf("a newer build of template %s replaced this one", name), nil, nil
+		}
+		if time.Since(time.UnixMilli(t.At)) > time.Hour {
+			// Never started, or its template deleted since.
+			return "error", fmt.Sprintf("the build of template %s was not started within an hour, or its template was deleted", name), nil, nil
 		}
 		return "waiting", "", nil, nil
 	}
@@ -492,8 +528,12 @@ func (rt *Router) ask(ctx context.Context, n node, path string) ([]byte, error) 
 // the upload on to each node.
 func (rt *Router) filesLink(w http.ResponseWriter, r *http.Request) {
 	id, hash := r.PathValue("id"), r.PathValue("hash")
-	if len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+	if !validHash(hash) {
 		writeError(w, http.StatusBadRequest, "files hash %q is not a sha256", hash)
+		return
+	}
+	if !validTemplateID(id) {
+		writeError(w, http.StatusBadRequest, "template %q: use lower-case letters, digits and . _ -", id)
 		return
 	}
 	answers, ok := rt.fanOutOK(w, r)
@@ -526,27 +566,43 @@ func (rt *Router) uploadToken(id, hash, expires string) string {
 }
 
 // maxTemplateFiles bounds one COPY's upload through a router, as a
-// node's default does (build.upload).
-const maxTemplateFiles = 1 << 30
+// node's default does (build.upload); templateUploads bounds those held at
+// once (their own: a signed envd upload, which anyone may start, cannot
+// take their places), and uploadRate is the slowest a client or node may
+// send one at, for the deadlines.
+const (
+	maxTemplateFiles = 1 << 30
+	templateUploads  = 2
+	uploadRate       = 1 << 20 // bytes a second
+)
+
+// uploadDeadline is how long a transfer of size bytes may take.
+func uploadDeadline(size int64) time.Duration {
+	return time.Minute + time.Duration(size/uploadRate)*time.Second
+}
 
 // uploadFiles takes a COPY's files at the URL filesLink signed and puts
-// them on every live node, each through its own signed URL. The body is
-// kept in a file that is gone once the router closes it: one read, many
-// sends.
+// them on every live node that lacks them, each through its own signed
+// URL, all at once. The body is kept in a file that is gone once the
+// router closes it: one read, many sends.
 func (rt *Router) uploadFiles(w http.ResponseWriter, r *http.Request, id, hash string) {
 	q := r.URL.Query()
 	expires := q.Get("expires")
 	n, err := strconv.ParseInt(expires, 10, 64)
-	if err != nil || time.Now().Unix() > n || !hmac.Equal([]byte(q.Get("token")), []byte(rt.uploadToken(id, hash, expires))) {
+	if err != nil || time.Now().Unix() > n || !validTemplateID(id) || !validHash(hash) ||
+		!hmac.Equal([]byte(q.Get("token")), []byte(rt.uploadToken(id, hash, expires))) {
 		writeError(w, http.StatusForbidden, "the upload URL is not valid, or has expired: ask for another")
 		return
 	}
 	select {
-	case rt.uploads <- struct{}{}:
-		defer func() { <-rt.uploads }()
+	case rt.templateUploads <- struct{}{}:
+		defer func() { <-rt.templateUploads }()
 	case <-r.Context().Done():
 		return
 	}
+	// A client that sends slower than uploadRate is cut off: it holds a
+	// place of only a few.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadDeadline(max(r.ContentLength, maxTemplateFiles))))
 	spool, err := os.CreateTemp("", "airlock-router-upload-")
 	if err != nil {
 		rt.log.Error("router: upload", "err", err)
@@ -556,8 +612,14 @@ func (rt *Router) uploadFiles(w http.ResponseWriter, r *http.Request, id, hash s
 	os.Remove(spool.Name()) // the open file is all the router needs
 	defer spool.Close()
 	size, err := io.Copy(spool, http.MaxBytesReader(w, r.Body, maxTemplateFiles))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, "the upload is too large: at most %d bytes", maxTemplateFiles)
+		return
+	case err != nil:
+		rt.log.Warn("router: upload", "err", err)
+		writeError(w, http.StatusBadRequest, "the upload could not be read whole")
 		return
 	}
 	nodes := rt.nodes.live()
@@ -566,27 +628,42 @@ func (rt *Router) uploadFiles(w http.ResponseWriter, r *http.Request, id, hash s
 		writeError(w, http.StatusServiceUnavailable, "no live Airlock node to take the files")
 		return
 	}
-	for _, nd := range nodes {
-		if err := rt.putFiles(r.Context(), nd, id, hash, io.NewSectionReader(spool, 0, size), size); err != nil {
-			rt.log.Warn("router: upload", "node", nd.Name, "err", err)
-			writeError(w, http.StatusBadGateway, "node %s did not take the files: %v", nd.Name, err)
+	ctx, cancel := context.WithTimeout(r.Context(), uploadDeadline(size))
+	defer cancel()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Go(func() { errs[i] = rt.putFiles(ctx, nd, id, hash, io.NewSectionReader(spool, 0, size), size) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			// Its reason stays in the log: it may name the node's
+			// addresses, and a signed URL.
+			rt.log.Warn("router: upload", "node", nodes[i].Name, "err", err)
+			writeError(w, http.StatusBadGateway, "node %s did not take the files: see the router's log", nodes[i].Name)
 			return
 		}
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-// putFiles puts a COPY's files on node n, at the URL n signs for them.
+// putFiles puts a COPY's files on node n, at the URL n signs for them,
+// unless n has them already (a node keeps the first upload of a hash).
 func (rt *Router) putFiles(ctx context.Context, n node, id, hash string, body io.Reader, size int64) error {
 	data, err := rt.ask(ctx, n, "/templates/"+url.PathEscape(id)+"/files/"+hash)
 	if err != nil {
 		return err
 	}
 	var link struct {
-		URL string `json:"url"`
+		Present bool   `json:"present"`
+		URL     string `json:"url"`
 	}
 	if err := json.Unmarshal(data, &link); err != nil || link.URL == "" {
 		return fmt.Errorf("no upload URL")
+	}
+	if link.Present {
+		return nil
 	}
 	// The node signed the URL with the address the router asked it at;
 	// only its query is taken, so the router sends to no other host.
@@ -600,8 +677,13 @@ func (rt *Router) putFiles(ctx context.Context, n node, id, hash string, body io
 		return err
 	}
 	req.ContentLength = size
-	resp, err := rt.client.Do(req)
+	// Not rt.client: its timeout is a request's, not a gigabyte's.
+	resp, err := uploadClient.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which is signed
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -611,12 +693,19 @@ func (rt *Router) putFiles(ctx context.Context, n node, id, hash string, body io
 			Message string `json:"message"`
 		}
 		if json.Unmarshal(msg, &e) == nil && e.Message != "" {
-			return fmt.Errorf("%s", e.Message)
+			return fmt.Errorf("%s: %s", resp.Status, e.Message)
 		}
 		return fmt.Errorf("%s", resp.Status)
 	}
 	return nil
 }
+
+// uploadClient sends COPY uploads to nodes: bounded by the request's
+// context (uploadDeadline), not by a client timeout.
+var uploadClient = &http.Client{Transport: &http.Transport{
+	DialContext:     (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+	IdleConnTimeout: 90 * time.Second,
+}}
 
 // listTemplates merges the nodes' lists (GET /templates, and /v2's pages
 // over the merged list): every template some node can start, once.
@@ -768,6 +857,9 @@ func (rt *Router) assignTags(w http.ResponseWriter, r *http.Request) {
 	}
 	buildID, _, _ := unstructured.NestedString(target.Object, "spec", "buildID")
 	for _, tag := range slices.Compact(slices.Sorted(slices.Values(tags))) {
+		if tag == from {
+			continue // the target's own: it has it
+		}
 		spec := map[string]any{"name": storeName(id, tag), "fromTemplate": storeName(id, from)}
 		if err := rt.writeSpec(r.Context(), storeName(id, tag), spec); err != nil {
 			rt.apiError(w, err)
@@ -807,11 +899,14 @@ func (rt *Router) removeTags(w http.ResponseWriter, r *http.Request) {
 
 // deleteTemplate is E2B's DELETE /templates/{id}: every tag of it.
 func (rt *Router) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, tag, tagged := strings.Cut(r.PathValue("id"), ":")
 	rt.deleteObjects(w, r, func(name string) bool {
+		if tagged { // that tag alone
+			return name == storeName(id, tag)
+		}
 		got, _, _ := strings.Cut(name, ":")
 		return got == id
-	}, "template %q not found: no AirlockTemplate makes it", id)
+	}, "template %q not found: no AirlockTemplate makes it", r.PathValue("id"))
 }
 
 // deleteObjects deletes the AirlockTemplates whose template name match
@@ -822,12 +917,20 @@ func (rt *Router) deleteObjects(w http.ResponseWriter, r *http.Request, match fu
 		rt.apiError(w, err)
 		return
 	}
-	deleted := 0
+	var mine []*unstructured.Unstructured
 	for _, obj := range all {
 		u := obj.(*unstructured.Unstructured)
 		if !match(templateName(u)) {
 			continue
 		}
+		if !routerMade(u) {
+			rt.apiError(w, errDeclared{u.GetName(), templateName(u)})
+			return
+		}
+		mine = append(mine, u)
+	}
+	deleted := 0
+	for _, u := range mine {
 		err := rt.templates.Delete(r.Context(), u.GetName(), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			rt.apiError(w, err)

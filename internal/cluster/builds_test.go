@@ -193,11 +193,13 @@ func TestRouterBuilds(t *testing.T) {
 	if code, _, body := rt.do(t, "PUT", u.Path+"?"+u.RawQuery, "", "tar bytes", nil); code != http.StatusOK {
 		t.Fatalf("upload: %d %s", code, body)
 	}
-	for _, n := range []*fakeNode{a, b} {
-		seen := n.requests()
-		last := seen[len(seen)-1]
-		if last.method != "PUT" || last.uri != "/templates/hello/files/"+hash+"?token=tok-"+n.name || last.body != "tar bytes" {
-			t.Errorf("%s got %+v", n.name, last)
+	// node-a says it has them: only node-b gets them.
+	if seen := b.requests(); seen[len(seen)-1].method != "PUT" || seen[len(seen)-1].uri != "/templates/hello/files/"+hash+"?token=tok-node-b" || seen[len(seen)-1].body != "tar bytes" {
+		t.Errorf("node-b got %+v", seen[len(seen)-1])
+	}
+	for _, r := range a.requests() {
+		if r.method == "PUT" {
+			t.Errorf("node-a, which has the files, got them again: %+v", r)
 		}
 	}
 
@@ -217,8 +219,41 @@ func TestRouterBuilds(t *testing.T) {
 	if code, _, _ := rt.do(t, "POST", "/templates/tags", routerKey, `{"target":"nothing","tags":["v2"]}`, nil); code != http.StatusNotFound {
 		t.Errorf("tag a template the cluster does not build: %d", code)
 	}
+	if code, _, _ := rt.do(t, "POST", "/templates/tags", routerKey, `{"target":"hello","tags":["default","v3"]}`, nil); code != http.StatusCreated {
+		t.Errorf("assign the target's own tag and another: %d", code)
+	}
+	if got, _ := objects.Get(t.Context(), objectName("hello"), metav1.GetOptions{}); got.Object["spec"].(map[string]any)["fromTemplate"] != "base" {
+		t.Errorf("assigning a template its own tag rewrote it: %v", got.Object["spec"])
+	}
 	if code, _, _ := rt.do(t, "DELETE", "/templates/tags", routerKey, `{"name":"hello","tags":["v2"]}`, nil); code != http.StatusNoContent {
 		t.Errorf("remove a tag: %d", code)
+	}
+	if code, _, _ := rt.do(t, "DELETE", "/templates/hello:v3", routerKey, "", nil); code != http.StatusNoContent {
+		t.Errorf("delete one tag: %d", code)
+	}
+	if _, err := objects.Get(t.Context(), objectName("hello"), metav1.GetOptions{}); err != nil {
+		t.Errorf("deleting a tag deleted the template's other: %v", err)
+	}
+
+	// What an operator declared, the API does not change.
+	declared := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": Group + "/" + Version, "kind": "AirlockTemplate",
+		"metadata": map[string]any{"name": "ops-tools", "namespace": "airlock"},
+		"spec":     map[string]any{"name": "ops", "fromImage": "img"},
+	}}
+	if _, err := objects.Create(t.Context(), declared, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body = rt.do(t, "POST", "/v3/templates", routerKey, `{"name":"ops"}`, nil)
+	opsBuild, _ := jsonOf(body)["buildID"].(string)
+	if code, _, body := rt.do(t, "POST", "/v2/templates/ops/builds/"+opsBuild, routerKey, `{"fromTemplate":"base"}`, nil); code != http.StatusConflict || !strings.Contains(body, `declared by AirlockTemplate \"ops-tools\"`) {
+		t.Errorf("a build over a declared template: %d %s", code, body)
+	}
+	if code, _, _ := rt.do(t, "DELETE", "/templates/ops", routerKey, "", nil); code != http.StatusConflict {
+		t.Errorf("a delete of a declared template: %d", code)
+	}
+	if err := objects.Delete(t.Context(), "ops-tools", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	if code, _, _ := rt.do(t, "DELETE", "/templates/hello", routerKey, "", nil); code != http.StatusNoContent {
 		t.Errorf("delete: %d", code)

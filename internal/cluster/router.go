@@ -40,6 +40,8 @@ type Router struct {
 	// router write (builds.go), served by builds.
 	templates dynamic.ResourceInterface
 	builds    *http.ServeMux
+	// templateUploads bounds the COPY uploads held at once.
+	templateUploads chan struct{}
 	// Console serves the web console's page and assets (nil: none).
 	Console http.Handler
 }
@@ -62,7 +64,7 @@ func NewRouter(ctx context.Context, client dynamic.Interface, namespace, key, do
 // newRouter routes over nodes, which are being watched.
 func newRouter(nodes *nodeSet, key, domain string, log *slog.Logger) *Router {
 	rt := &Router{key: key, domain: domain, nodes: nodes, log: log, uploads: make(chan struct{}, signedUploads)}
-	rt.builds = rt.templateRoutes()
+	rt.builds, rt.templateUploads = rt.templateRoutes(), make(chan struct{}, templateUploads)
 	transport := &http.Transport{
 		// A node that is gone must fail fast: its sandboxes then answer
 		// 404 rather than hang.

@@ -41,6 +41,9 @@ func (rt *Router) signedFile(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+		// Anyone may send one: one sent slower than uploadRate is cut
+		// off rather than hold a place.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadDeadline(maxSignedUpload)))
 		var err error
 		if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedUpload)); err != nil {
 			writeError(w, http.StatusRequestEntityTooLarge, "an upload through a signed URL to a cluster is limited to %d MiB: write larger files with files.write", maxSignedUpload>>20)
