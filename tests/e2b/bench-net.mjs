@@ -2,7 +2,8 @@
 // tests/netlab; `make bench-net` does): the egress path (nftables
 // redirect, the daemon's proxy, its dial) against the same client run on
 // the host, straight to the server, in the same run; and what a network
-// adds to a cold Sandbox.create().
+// adds to a cold Sandbox.create() and, on gVisor, to pause and resume,
+// snapshots and forks.
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -80,6 +81,32 @@ try {
   console.log(`  download: host ${bare[2].toFixed(0)} MB/s, sandbox ${boxed[2].toFixed(0)} MB/s   ${(boxed[2] / bare[2]).toFixed(2)}x`)
   console.log(`  Sandbox.create() cold, no network (sealed) ${fmt(plain)}`)
   console.log(`  Sandbox.create() cold, allowInternetAccess ${fmt(networked)}   +${ms(pct(networked, 50) - pct(plain, 50))}`)
+
+  // On gVisor: what a network adds to saving, copying and restoring a
+  // sandbox (each made anew in a network of its own), rounds alternating.
+  if (process.env.AIRLOCK_TEST_BACKEND === 'gvisor') {
+    const kinds = [['no network (sealed)', on(sealed)], ['allowInternetAccess', { ...on(server), allowInternetAccess: true }]]
+    const rows = kinds.map(() => ({ pause: [], resume: [], snapshot: [], create: [], fork: [] }))
+    for (let i = 0; i < 5; i++) {
+      for (const [k, [, opts]] of kinds.entries()) {
+        const r = rows[k]
+        const sbx = await Sandbox.create({ ...opts, timeoutMs: 300_000 })
+        r.pause.push(await time(() => sbx.pause()))
+        r.resume.push(await time(() => Sandbox.connect(sbx.sandboxId, { ...opts, timeoutMs: 300_000 })))
+        let snap, copy, forks
+        r.snapshot.push(await time(async () => { snap = await sbx.createSnapshot() }))
+        r.create.push(await time(async () => { copy = await Sandbox.create(snap.snapshotId, opts) }))
+        r.fork.push(await time(async () => { forks = await sbx.fork({ count: 1 }) }))
+        for (const s of [copy, ...forks, sbx]) await s.kill()
+        await Sandbox.deleteSnapshot(snap.snapshotId, opts)
+      }
+    }
+    console.log('persistence on gVisor, base, medians of 5 (networked / sealed)')
+    for (const [op, what] of [['pause', 'pause() to disk'], ['resume', 'connect() (restore)'], ['snapshot', 'createSnapshot()'], ['create', 'create from the snapshot'], ['fork', 'fork({count: 1})']]) {
+      const [a, b] = rows.map((r) => pct(r[op], 50))
+      console.log(`  ${what.padEnd(26)} sealed ${ms(a).padStart(10)}  networked ${ms(b).padStart(10)}   ${(b / a).toFixed(2)}x`)
+    }
+  }
 } finally {
   await server.stop()
   await sealed.stop()
