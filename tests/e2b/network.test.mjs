@@ -823,3 +823,43 @@ test('a pause that keeps only the files keeps the network and its policy', { ski
     await sbx.kill().catch(() => {})
   }
 })
+
+// Nothing of a networked sandbox's networks outlives it: not after 100
+// pauses and resumes, not after the daemon is killed in the middle of a
+// restore and started again.
+test('100 pause/resume cycles of a networked sandbox, then kill -9 mid-restore: nothing of its networks is left', { skip: skip || (!gvisor && 'pause to disk is gVisor\'s'), timeout: 600_000 }, async () => {
+  const baseline = { links: await pooledSandboxes(), elements: sandboxElements().length }
+  const saved = { ...process.env }
+  const config = { network: { dns: [labDNS] }, templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 }, jail: { poolSize: 0 } } }
+  let own = await startServer([], { config })
+  try {
+    const sbx = await create({ network: { denyOut: ['198.51.100.7'] } })
+    const elements = sandboxElements().length // the host's, and this sandbox's
+    for (let i = 0; i < 100; i++) {
+      assert.equal(await sbx.pause(), true)
+      await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+    }
+    await expectOK(sbx, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(sbx, 'tcp', '198.51.100.7', '7000')
+    assert.equal((await settled(sandboxLinks, Array(baseline.links + 1))).length, baseline.links + 1, `after 100 cycles: ${sandboxLinks()}`)
+    assert.equal(sandboxElements().length, elements, 'nftables elements after 100 cycles')
+
+    // Killed while it restores: the next start removes what the restore
+    // had made, and the sandbox comes back from its saved state.
+    assert.equal(await sbx.pause(), true)
+    const restoring = Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 }).catch(() => {})
+    await sleep(60)
+    await own.crash()
+    await restoring
+    own = await startServer([], { config, stateDir: own.stateDir, apiKey: own.apiKey })
+    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+    await expectOK(back, /for allowed\.test/, 'http', 'https://allowed.test/')
+    await expectFail(back, 'tcp', '198.51.100.7', '7000')
+    await back.kill()
+  } finally {
+    await own.stop()
+    Object.assign(process.env, saved)
+  }
+  assert.equal((await settled(sandboxLinks, Array(baseline.links))).length, baseline.links, `veths left: ${sandboxLinks()}`)
+  assert.equal(sandboxElements().length, baseline.elements, 'nftables elements left')
+})

@@ -203,8 +203,17 @@ func (b *bundle) teardown(runsc string) error {
 			return fmt.Errorf("runsc delete: %v: %s", err, strings.TrimSpace(string(out)))
 		}
 	}
-	if err := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount runsc's network namespace: %w", err)
+	// runsc pins its gofers' empty network namespace in its root, once
+	// per start that found none pinned: a restore under the root of a
+	// sandbox whose daemon was killed stacks another. Every one goes.
+	for i := 0; ; i++ {
+		err := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			break
+		}
+		if err != nil || i == 64 {
+			return fmt.Errorf("unmount runsc's network namespace: %v", err)
+		}
 	}
 	return os.RemoveAll(root)
 }

@@ -40,8 +40,14 @@ func (be *Backend) Cleanup(context.Context) error {
 			continue // being created: no lock file yet
 		}
 		if _, err := os.Stat(filepath.Join(b.dir, savedMarker)); err == nil {
-			b.lock.Close()
-			continue // saved: the manager restores or forgets it
+			// Saved: the manager restores or forgets it. What a restore
+			// that died with its daemon had started goes (runsc's state,
+			// the cgroup, the root's and agent's mounts); the saved state
+			// stays, for the next restore.
+			if err := b.release(be.runsc); err != nil {
+				errs = append(errs, fmt.Errorf("saved gVisor sandbox %s: what a restore started: %w", b.id, err))
+			}
+			continue
 		}
 		if err := b.remove(be.runsc); err != nil {
 			errs = append(errs, fmt.Errorf("leftover gVisor sandbox %s: %w", b.id, err))
