@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Sandbox } from 'e2b'
 import { startServer } from './harness.mjs'
-import { pct, fmt, time } from './bench-util.mjs'
+import { pct, fmt, time, poolReady } from './bench-util.mjs'
 
 if (!process.env.AIRLOCK_LAB_DNS) {
   console.error('bench-net needs the fake internet: run it under tests/netlab (make bench-net)')
@@ -74,6 +74,27 @@ try {
       await s.kill()
     }
   }
+  // Pool claims: a server of each kind whose base keeps a pool of one,
+  // claims alternating, each once its pool is full again.
+  const claims = [[], []]
+  const pooledServers = []
+  for (const [name, extra] of [['sealed-pool', { network: { default: 'none' } }], ['open-pool', { network: { dns: [process.env.AIRLOCK_LAB_DNS] } }]]) {
+    const f = join(dir, `${name}.json`)
+    writeFileSync(f, JSON.stringify({ ...extra, templates: { base: { poolSize: 1 }, 'code-interpreter-v1': { poolSize: 0 }, jail: { poolSize: 0 } } }))
+    pooledServers.push(await startServer(['--config', f]))
+  }
+  try {
+    for (let i = 0; i < 30; i++) {
+      for (const [k, s] of pooledServers.entries()) {
+        await poolReady(s, 'base', 1)
+        let sb
+        claims[k].push(await time(async () => { sb = await Sandbox.create({ ...on(s), ...(k === 1 && { allowInternetAccess: true }) }) }))
+        await sb.kill()
+      }
+    }
+  } finally {
+    for (const s of pooledServers) await s.stop()
+  }
   const ms = (x) => `${x.toFixed(2)} ms`
   console.log(`sandbox egress (allowInternetAccess), ${N} requests on fresh connections, then ${SIZE / 1e6} MB`)
   console.log(`  HTTP request, host straight to the server  p50 ${ms(bare[0])}  p99 ${ms(bare[1])}`)
@@ -81,6 +102,8 @@ try {
   console.log(`  download: host ${bare[2].toFixed(0)} MB/s, sandbox ${boxed[2].toFixed(0)} MB/s   ${(boxed[2] / bare[2]).toFixed(2)}x`)
   console.log(`  Sandbox.create() cold, no network (sealed) ${fmt(plain)}`)
   console.log(`  Sandbox.create() cold, allowInternetAccess ${fmt(networked)}   +${ms(pct(networked, 50) - pct(plain, 50))}`)
+  console.log(`  Sandbox.create() pool claim, sealed      ${fmt(claims[0])}`)
+  console.log(`  Sandbox.create() pool claim, internet    ${fmt(claims[1])}   +${ms(pct(claims[1], 50) - pct(claims[0], 50))}`)
 
   // On gVisor: what a network adds to saving, copying and restoring a
   // sandbox (each made anew in a network of its own), rounds alternating.
