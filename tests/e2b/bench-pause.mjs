@@ -17,9 +17,9 @@ import { metric, pct, poolReady, time } from './bench-util.mjs'
 
 process.env.AIRLOCK_TEST_BACKEND = 'gvisor'
 const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-pause-'))
-// Every server is sealed (network.default "none"): a sandbox with a
-// network, the E2B API's default, cannot yet be saved to disk, forked,
-// snapshotted or cloned from a warm snapshot.
+// Every server is sealed (network.default "none"): the figures are the
+// sandbox's own; what a network adds to each (its network made anew),
+// bench-net measures.
 const config = (c) => {
   const file = join(dir, `${Object.keys(c).join('-') || 'default'}.json`)
   writeFileSync(file, JSON.stringify({ network: { default: 'none' }, ...c }))
