@@ -41,7 +41,7 @@ MODULE := github.com/airlock-sandbox/airlock
 NEEDS_CLONE := cmd/airlock internal/archtest
 UNPRIVILEGED = $(filter-out $(addprefix $(MODULE)/,$(NEEDS_CLONE)),$(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...))
 
-.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster fuzz clean
+.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster bench-tti fuzz clean
 
 all: build
 
@@ -158,7 +158,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster
+bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster bench-tti
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -200,6 +200,11 @@ bench-cluster: deps build controlplane
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench-cluster.mjs
 
 # Pause and resume on gVisor: saved to disk against frozen in memory.
+# Time to interactive as the ComputeSDK scoreboard measures it: create,
+# then node -v; sequential and 100 at once, on each backend.
+bench-tti: deps build runsc stock
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-tti.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-tti.mjs
+
 bench-pause: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench-pause.mjs
 
