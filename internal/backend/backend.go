@@ -90,6 +90,14 @@ type Restorer interface {
 	Saved() ([]string, error)
 }
 
+// Committer is an Instance a Restorer brought back that keeps its saved
+// state until Commit: a restore its caller does not take (its agent did
+// not answer, its daemon died) leaves the state for another try.
+type Committer interface {
+	// Commit removes the saved state the instance was restored from.
+	Commit()
+}
+
 // Snapshotter is an Instance that can save a copy of itself whole (its
 // memory, processes and files) into a directory while it runs on, for a
 // Cloner to start copies of: E2B's fork and snapshots.

@@ -199,6 +199,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	// E2B's rule: the internet unless asked otherwise, so the pools keep
 	// sandboxes in networks, closed until claimed.
 	d.mcfg.NetworkedPools = d.internetByDefault()
+	d.mcfg.Sealed = cfg.Network.Sealed()
 	d.manager = sandbox.NewManager(d.mcfg, d.isolation, d.log)
 	d.api = d.handler(images, files)
 	return nil

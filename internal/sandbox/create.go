@@ -279,7 +279,7 @@ func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol polic
 	}
 	if err != nil {
 		m.metrics.createFailures.Add(1)
-		if tmpl.Snapshot != "" {
+		if tmpl.Snapshot != "" && !errors.As(err, new(networkError)) {
 			return nil, nil, false, &UnrestorableError{ID: tmpl.Name, Snapshot: true, Err: err}
 		}
 		return nil, nil, false, fmt.Errorf("start sandbox: %w", err)

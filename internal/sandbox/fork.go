@@ -45,7 +45,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int, ttl time.Durat
 	sb, _ := m.Get(id) // for what the copies inherit; it may be gone by now
 	// Each copy has a network of its own where the original had one,
 	// under the policy it had: its own addresses, the same rules.
-	req := CreateRequest{TemplateID: of.Template, TTL: ttl, Network: of.Policy.Network}
+	req := CreateRequest{TemplateID: of.Template, TTL: ttl, Network: of.Network}
 	if sb != nil {
 		req.ClientID, req.AutoPause, req.AutoResume, req.Ingress = sb.ClientID, sb.autoPause, sb.AutoResume, sb.Ingress
 	}

@@ -81,6 +81,10 @@ type Config struct {
 	// creates have a network by default; sandboxes without one are kept
 	// too once one was asked for.
 	NetworkedPools bool
+	// Sealed: no sandbox reaches the internet (network.default "none"),
+	// whatever policy it was saved or copied with before the seal: a
+	// network made under one that opens it is made closed instead.
+	Sealed bool
 	// Source finds the templates Templates does not name (the image
 	// store's); nil: only those.
 	Source TemplateSource

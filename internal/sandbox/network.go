@@ -77,11 +77,16 @@ func (m *Manager) inNetwork(ctx context.Context, id string, pol policy.Policy, s
 		return inst, nil, err
 	}
 	if m.cfg.Network == nil {
-		return nil, nil, fmt.Errorf("%w: this server gives sandboxes no network: create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut (SDKs that send allowInternetAccess true by default need it said)", ErrInvalid)
+		return nil, nil, networkError{fmt.Errorf("%w: this server gives sandboxes no network: create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut (SDKs that send allowInternetAccess true by default need it said)", ErrInvalid)}
+	}
+	if m.cfg.Sealed && pol.Network.OpenInternet() {
+		// Saved or copied before the server was sealed: fail closed.
+		m.log.Warn("sealed server: a sandbox's network that opened the internet is made closed", "sandbox", id)
+		pol.Network = policy.Network{Mode: policy.NetFiltered}
 	}
 	att, err := m.cfg.Network.Attach(ctx, id, pol.Network)
 	if err != nil {
-		return nil, nil, fmt.Errorf("network: %w", err)
+		return nil, nil, networkError{fmt.Errorf("network: %w", err)}
 	}
 	inst, err := start(att.Namespace())
 	if err != nil {
@@ -90,6 +95,12 @@ func (m *Manager) inNetwork(ctx context.Context, id string, pol policy.Policy, s
 	}
 	return netInstance{inst, att}, att, nil
 }
+
+// networkError is a failure to make a box's network, not of the box or
+// of what it is made from: a snapshot that meets one is not broken.
+type networkError struct{ error }
+
+func (e networkError) Unwrap() error { return e.error }
 
 // bare is the backend's own instance of inst: what it can save, copy
 // or export, its network aside.
@@ -115,22 +126,24 @@ func (m *Manager) UpdateNetwork(id string, pol policy.Network) error {
 	defer sb.mu.Unlock()
 	if sb.net == nil && sb.pol.Network.Mode != policy.NetNone && sb.state.saved() {
 		// Paused to disk, it has no network now: the policy is its
-		// restore's.
+		// restore's, kept only once its record says so.
 		if pol.Mode == policy.NetNone {
 			pol.Mode = policy.NetFiltered
 		}
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
+		old := sb.pol.Network
 		sb.setNetwork(nil, pol)
 		if err := m.writeRecord(sb); err != nil {
+			sb.setNetwork(nil, old)
 			return err
 		}
 		sb.Log("info", "sandbox", "network updated")
 		return nil
 	}
 	if sb.net == nil {
-		return fmt.Errorf("%w: sandbox %s has no network interface, so its network cannot change: it was created without one (by MCP, on a server without networks or sealed by network.default \"none\", from a snapshot, or with a pause that keeps only its files)", ErrConflict, id)
+		return fmt.Errorf("%w: sandbox %s has no network interface, so its network cannot change: it was created without one (by MCP, or on a server without networks or sealed by network.default \"none\")", ErrConflict, id)
 	}
 	if pol.Mode == policy.NetNone {
 		pol.Mode = policy.NetFiltered // its interface stays, closed to everything

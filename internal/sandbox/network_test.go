@@ -152,6 +152,16 @@ func TestNetworkedSandbox(t *testing.T) {
 		t.Errorf("resumed outside a new network under its policy: %+v", again.Policy())
 	}
 	att = again
+	// A snapshot's template has no network of its own (each create asks
+	// for one; a pool without networks must hand out none); the network
+	// the sandbox had is the fork's.
+	of, err := m.Snapshot(t.Context(), sb.ID, t.TempDir()+"/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if of.Policy.Network.Mode != policy.NetNone || of.Network.Mode != policy.NetInternet {
+		t.Errorf("snapshot: template network %+v, the sandbox's %+v", of.Policy.Network, of.Network)
+	}
 	// Its copies each get a network of their own, under its policy.
 	copies, err := m.Fork(t.Context(), sb.ID, 2, 0)
 	if err != nil {

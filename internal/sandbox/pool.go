@@ -185,6 +185,7 @@ func startsLate(t *Template) bool {
 // everything.
 func (p *pool) startReady(k int) (Instance, error) {
 	pol := p.tmpl.Policy
+	pol.Network = policy.Network{} // plainKind: loopback only
 	if k == netKind {
 		pol.Network = policy.Network{Mode: policy.NetFiltered}
 	}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -42,9 +43,9 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox) error {
 	// Its box has ended; the watcher (waiting for sb.mu) sees it is no
 	// longer sb's. Its network goes: nothing runs in it.
 	sb.inst, sb.savedName = nil, name
-	if att := sb.net; att != nil {
-		sb.setNetwork(nil, att.Policy())
-		if err := att.Close(); err != nil {
+	if n, ok := inst.(netInstance); ok {
+		sb.setNetwork(nil, n.net.Policy())
+		if err := n.net.Close(); err != nil {
 			m.log.Error("sandbox saved: remove its network", "sandbox", sb.ID, "err", err)
 		}
 	}
@@ -73,7 +74,9 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 	start := m.clock.Now()
 	if from == SavedFiles {
 		inst, att, err := m.restoreFiles(ctx, sb)
-		if err != nil {
+		if errors.As(err, new(networkError)) {
+			return fmt.Errorf("restore sandbox %s: %w", sb.ID, err)
+		} else if err != nil {
 			return &UnrestorableError{ID: sb.ID, Err: err}
 		}
 		os.Remove(m.filesPath(sb.ID))
@@ -82,7 +85,10 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 	inst, att, err := m.inNetwork(ctx, sb.ID, sb.pol, func(netns *os.File) (Instance, error) {
 		return sb.be.(backend.Restorer).Restore(ctx, sb.savedName, sb.pol, netns)
 	})
-	if err != nil {
+	if errors.As(err, new(networkError)) {
+		// Its saved state is whole: another try may find a network.
+		return fmt.Errorf("restore sandbox %s: %w", sb.ID, err)
+	} else if err != nil {
 		return &UnrestorableError{ID: sb.ID, Err: err}
 	}
 	if err := warm(ctx, inst); err != nil {
@@ -90,6 +96,10 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 		inst.Kill(context.Background())
 		inst.Wait()
 		return &UnrestorableError{ID: sb.ID, Err: fmt.Errorf("its agent: %w", err)}
+	}
+	// Taken: what it was restored from goes.
+	if c, ok := bare(inst).(backend.Committer); ok {
+		c.Commit()
 	}
 	return m.restored(sb, inst, att, start)
 }

@@ -17,16 +17,21 @@ import (
 // own (gVisor's writable layers are its memory's, so part of the copy). A
 // fork clones the copy at once and forgets it; a snapshot keeps it as a
 // template (Template.Snapshot), whose home is the image store's
-// (httpapi). A sandbox with a network is neither, yet: its copy would
-// carry its addresses.
+// (httpapi). A copy of a sandbox with a network gets a network made for
+// it (inNetwork): its own addresses, the rules the fork's original had or
+// its create asks for.
 
 // SnapshotOf is what a template of a snapshot needs of the sandbox it was
 // taken of: its clones run under the same policy, the same mounts.
 type SnapshotOf struct {
 	Sandbox, Template string
 	Backend           Backend
-	Policy            policy.Policy
-	Metadata          map[string]string
+	// Policy is its clones' template's: without a network, which each
+	// create asks for itself. Network is the one the sandbox had, which
+	// its fork's copies get.
+	Policy   policy.Policy
+	Network  policy.Network
+	Metadata map[string]string
 }
 
 // Snapshot saves a copy of running sandbox id into dir, which must not
@@ -69,8 +74,8 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 		return SnapshotOf{}, fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
 	m.log.Info("sandbox snapshotted", "sandbox", id, "ms", m.since(start).Milliseconds())
-	// Its copies get networks of their own under its policy now.
 	pol := sb.pol
-	pol.Network, _ = sb.Network()
-	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: pol, Metadata: maps.Clone(sb.Metadata)}, nil
+	pol.Network = policy.Network{}
+	network, _ := sb.Network()
+	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: pol, Network: network, Metadata: maps.Clone(sb.Metadata)}, nil
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -166,7 +167,9 @@ func (m *Manager) cloneWarm(ctx context.Context, w *warmSnap, id string, pol pol
 		}
 	}
 	if err != nil {
-		if ctx.Err() == nil && !w.broken.Swap(true) {
+		// A network that could not be made says nothing of the snapshot:
+		// the caller's own start meets the same and reports it.
+		if ctx.Err() == nil && !errors.As(err, new(networkError)) && !w.broken.Swap(true) {
 			m.log.Warn("warm snapshot: a clone failed; its template's sandboxes start afresh", "err", err)
 		}
 		return nil, nil

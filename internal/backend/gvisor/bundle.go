@@ -211,8 +211,11 @@ func (b *bundle) teardown(runsc string) error {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 			break
 		}
-		if err != nil || i == 64 {
-			return fmt.Errorf("unmount runsc's network namespace: %v", err)
+		if err != nil {
+			return fmt.Errorf("unmount runsc's network namespace: %w", err)
+		}
+		if i == 64 {
+			return errors.New("unmount runsc's network namespace: still mounted after 64 unmounts")
 		}
 	}
 	return os.RemoveAll(root)

@@ -45,6 +45,7 @@ var (
 	_ backend.Checkpointer = (*agentSandbox)(nil)
 	_ backend.Restorer     = (*Backend)(nil)
 	_ backend.Snapshotter  = (*agentSandbox)(nil)
+	_ backend.Committer    = (*agentSandbox)(nil)
 	_ backend.Cloner       = (*Backend)(nil)
 )
 
@@ -106,7 +107,7 @@ func (be *Backend) Clone(ctx context.Context, dir string, p policy.Policy, netns
 		s.b.remove("")
 		return nil, err
 	}
-	go s.awaken(nil)
+	go s.awaken()
 	return s, nil
 }
 
@@ -126,14 +127,11 @@ func (s *agentSandbox) awaitAgentRelease(ctx context.Context) error {
 
 // awaken tells a restored agent, waiting for its signal, to listen again:
 // sent once the container takes signals (each try is a runsc process:
-// they back off). Once it listens, listening runs, if set.
-func (s *agentSandbox) awaken(listening func()) {
+// they back off).
+func (s *agentSandbox) awaken() {
 	signalled := false
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		if s.agent.listening() {
-			if listening != nil {
-				listening()
-			}
 			return
 		}
 		if !signalled {
@@ -209,12 +207,16 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy, ne
 		b.release("")
 		return nil, err
 	}
-	// Once it runs again, what saved it goes.
-	go s.awaken(func() {
-		os.Remove(filepath.Join(dir, savedMarker))
-		os.RemoveAll(filepath.Join(dir, checkpointDir))
-	})
+	// What saved it stays until the caller commits the restore.
+	go s.awaken()
 	return s, nil
+}
+
+// Commit removes the saved state the sandbox was restored from
+// (backend.Committer): from now on it is a running sandbox like any.
+func (s *agentSandbox) Commit() {
+	os.Remove(filepath.Join(s.b.dir, savedMarker))
+	os.RemoveAll(filepath.Join(s.b.dir, checkpointDir))
 }
 
 // Forget removes the saved sandbox name (backend.Restorer).

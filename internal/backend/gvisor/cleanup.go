@@ -31,7 +31,7 @@ func (be *Backend) Cleanup(context.Context) error {
 			f, err = os.OpenFile(filepath.Join(b.dir, "lock.new"), os.O_RDWR, 0)
 		}
 		if err == nil {
-			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || replaced(f, b.dir) {
 				f.Close()
 				continue // alive
 			}
@@ -71,4 +71,19 @@ func (be *Backend) Cleanup(context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// replaced reports whether the lock file f, just locked, is no longer the
+// bundle's: a restore of a saved bundle locks a new one and renames it
+// over the old, which a Cleanup may have opened just before. That
+// bundle's owner lives.
+func replaced(f *os.File, dir string) bool {
+	var held, now unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &held) != nil {
+		return true
+	}
+	if unix.Stat(filepath.Join(dir, "lock"), &now) != nil {
+		return f.Name() != filepath.Join(dir, "lock.new") // lock.new: not renamed yet
+	}
+	return held.Ino != now.Ino || held.Dev != now.Dev
 }
