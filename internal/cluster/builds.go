@@ -831,17 +831,7 @@ func (rt *Router) assignTags(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &body, "target", "tags") {
 		return
 	}
-	id, from, err := parseName(body.Target)
-	if err == nil && len(body.Tags) == 0 {
-		err = fmt.Errorf("give the tags to assign")
-	}
-	var tags []string
-	for _, tag := range body.Tags {
-		if err == nil {
-			_, tag, err = parseName(id + ":" + tag)
-			tags = append(tags, tag)
-		}
-	}
+	id, from, tags, err := parseTags(body.Target, body.Tags, "assign")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -869,6 +859,25 @@ func (rt *Router) assignTags(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildID, "tags": tags})
 }
 
+// parseTags reads a tag request's name and tags (to verb them): the
+// template's id, the tag its name gives ("default" if none), and each
+// tag, checked.
+func parseTags(name string, tags []string, verb string) (id, tag string, checked []string, err error) {
+	if id, tag, err = parseName(name); err != nil {
+		return "", "", nil, err
+	}
+	if len(tags) == 0 {
+		return "", "", nil, fmt.Errorf("give the tags to %s", verb)
+	}
+	for _, t := range tags {
+		if _, t, err = parseName(id + ":" + t); err != nil {
+			return "", "", nil, err
+		}
+		checked = append(checked, t)
+	}
+	return id, tag, checked, nil
+}
+
 // removeTags is E2B's DELETE /templates/tags: the AirlockTemplates of
 // those tags are deleted, and every node removes what it built of them.
 func (rt *Router) removeTags(w http.ResponseWriter, r *http.Request) {
@@ -879,16 +888,10 @@ func (rt *Router) removeTags(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &body, "name", "tags") {
 		return
 	}
-	id, _, err := parseName(body.Name)
-	if err == nil && len(body.Tags) == 0 {
-		err = fmt.Errorf("give the tags to remove")
-	}
+	id, _, tags, err := parseTags(body.Name, body.Tags, "remove")
 	var names []string
-	for _, tag := range body.Tags {
-		if err == nil {
-			_, tag, err = parseName(id + ":" + tag)
-			names = append(names, storeName(id, tag))
-		}
+	for _, tag := range tags {
+		names = append(names, storeName(id, tag))
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)

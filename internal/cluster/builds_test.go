@@ -216,6 +216,15 @@ func TestRouterBuilds(t *testing.T) {
 	if err != nil || fmt.Sprint(tagged.Object["spec"]) != "map[fromTemplate:hello name:hello:v2]" {
 		t.Fatalf("the tag's AirlockTemplate: %v %v", err, tagged)
 	}
+	for _, tc := range []struct{ method, body, want string }{
+		{"POST", `{"target":"hello","tags":[]}`, "give the tags to assign"},
+		{"POST", `{"target":"hello","tags":["Bad Tag"]}`, "Bad Tag\\\": use up to 64"},
+		{"DELETE", `{"name":"hello"}`, "give the tags to remove"},
+	} {
+		if code, _, body := rt.do(t, tc.method, "/templates/tags", routerKey, tc.body, nil); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+			t.Errorf("%s /templates/tags %s: %d %s", tc.method, tc.body, code, body)
+		}
+	}
 	if code, _, _ := rt.do(t, "POST", "/templates/tags", routerKey, `{"target":"nothing","tags":["v2"]}`, nil); code != http.StatusNotFound {
 		t.Errorf("tag a template the cluster does not build: %d", code)
 	}
