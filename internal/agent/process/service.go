@@ -38,6 +38,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.Handle("/process.Process/CloseStdin", rpc.Unary(s.CloseStdin))
 	mux.Handle("/process.Process/Update", rpc.Unary(s.Update))
 	mux.Handle("/process.Process/StreamInput", rpc.Unary(s.StreamInput))
+	mux.HandleFunc("POST "+agentproto.RunPath, s.RunOnce)
 }
 
 // processInfo is a process as List reports it.

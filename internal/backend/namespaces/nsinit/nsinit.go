@@ -13,14 +13,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -168,7 +167,7 @@ func setup() (int, error) {
 		}
 	}
 	// Resolve the command now, while errors can still be reported clearly.
-	argv0, err := lookPath(c.Argv[0], c.Env)
+	argv0, err := agentproto.LookPath(c.Argv[0], c.Env)
 	if err != nil {
 		return 0, err
 	}
@@ -311,26 +310,6 @@ func loopbackUp() error {
 		return fmt.Errorf("loopback up: %w", err)
 	}
 	return nil
-}
-
-// lookPath resolves a command name with the sandbox's PATH, in its root.
-func lookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	pathEnv := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
-		}
-	}
-	for _, dir := range filepath.SplitList(pathEnv) {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("command %q not found in the sandbox", name)
 }
 
 // IsInit reports whether this process was started as a sandbox init.

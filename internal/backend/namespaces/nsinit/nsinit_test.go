@@ -37,36 +37,6 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-// Commands are found with the sandbox's PATH: regular, executable files
-// only, the first directory first.
-func TestLookPath(t *testing.T) {
-	dir1, dir2 := t.TempDir(), t.TempDir()
-	os.WriteFile(filepath.Join(dir1, "tool"), []byte("#!/bin/sh\n"), 0o644) // not executable
-	os.WriteFile(filepath.Join(dir2, "tool"), []byte("#!/bin/sh\n"), 0o755)
-	os.Mkdir(filepath.Join(dir1, "dir"), 0o755)
-	os.WriteFile(filepath.Join(dir2, "first"), nil, 0o755)
-	os.WriteFile(filepath.Join(dir1, "first"), nil, 0o755)
-	env := []string{"HOME=/x", "PATH=" + dir1 + ":" + dir2}
-	for name, want := range map[string]string{
-		"tool":           filepath.Join(dir2, "tool"),
-		"first":          filepath.Join(dir1, "first"),
-		"/abs/not/there": "/abs/not/there", // a path is the command's to fail on
-		"./rel":          "./rel",
-	} {
-		if got, err := lookPath(name, env); err != nil || got != want {
-			t.Errorf("lookPath(%q) = %q, %v; want %q", name, got, err, want)
-		}
-	}
-	for _, name := range []string{"dir", "missing"} {
-		if _, err := lookPath(name, env); err == nil || !strings.Contains(err.Error(), "not found in the sandbox") {
-			t.Errorf("lookPath(%q): %v", name, err)
-		}
-	}
-	if _, err := lookPath("tool", []string{"HOME=/x"}); err == nil {
-		t.Error("found a command without a PATH")
-	}
-}
-
 // Landlock: the scratch places and read-write mounts are writable; an
 // image's root is writable whole; read-only mounts are not.
 func TestWritablePaths(t *testing.T) {
