@@ -140,6 +140,11 @@ type Usage struct {
 	Memory int64         // bytes in use now
 	Cache  int64         // of Memory, the page cache of files
 	CPU    time.Duration // CPU time used so far
+	// MaxMemory is the most it used at once since it started; OOMKills
+	// counts the processes the memory limit killed. Zero where the host
+	// cannot say.
+	MaxMemory int64
+	OOMKills  uint64
 }
 
 // Spec is one execution: what to run, under which policy, with which I/O.

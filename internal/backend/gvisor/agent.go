@@ -239,5 +239,5 @@ func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
 	if err != nil {
 		return backend.Usage{}, fmt.Errorf("sandbox %s: %w", s.b.id, err)
 	}
-	return backend.Usage{Memory: st.Memory, Cache: st.Cache, CPU: st.CPU}, nil
+	return backend.Usage{Memory: st.Memory, Cache: st.Cache, CPU: st.CPU, MaxMemory: st.MaxMemory, OOMKills: st.OOMKills}, nil
 }
