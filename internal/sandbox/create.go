@@ -34,6 +34,10 @@ type CreateRequest struct {
 	// network cannot change.
 	Network policy.Network
 	Ingress Ingress
+	// PoolOnly: a sandbox from the template's pool or none (ErrPoolEmpty),
+	// never one started for the request: airlock run asks so, and runs
+	// its command itself where the pool is empty.
+	PoolOnly bool
 }
 
 // Limits are the resource limits a create request may ask for. A zero
@@ -141,11 +145,20 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	id := newSandboxID(m.cfg.IDPrefix)
 	// The pool holds sandboxes of the template's own backend and limits.
 	poolable := be == m.backendOf(tmpl) && !custom
-	inst, netAtt, pooled, err := m.box(ctx, be, tmpl, pol, id, p, poolable)
+	inst, netAtt, pooled, err := m.box(ctx, be, tmpl, pol, id, p, poolable, req.PoolOnly)
 	if err != nil {
 		return nil, err
 	}
 	sb := m.newSandbox(ctx, id, req, pol, be, inst, netAtt)
+	if req.PoolOnly {
+		// Its pool refills when it ends, or now if it is not handed out.
+		sb.refill = p
+		defer func() {
+			if !registered {
+				p.kick()
+			}
+		}()
+	}
 	if err := m.setup(ctx, sb, req.EnvVars); err != nil {
 		m.discard(inst)
 		m.metrics.createFailures.Add(1)
@@ -234,13 +247,16 @@ func (m *Manager) requestBackend(req CreateRequest, tmpl *Template) (Backend, er
 
 // box is a ready box on be for sandbox id of tmpl, under pol: a poolable
 // one is claimed from pool p (one with a network gets its policy then),
-// or else cloned from the template's warm snapshot; any other, or if
+// and with poolOnly, that is all; or else cloned from the template's warm snapshot; any other, or if
 // neither has one, is started now. Made now, it has a network of its own
 // if pol has one.
-func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol policy.Policy, id string, p *pool, poolable bool) (inst Instance, netAtt NetAttachment, pooled bool, err error) {
+func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol policy.Policy, id string, p *pool, poolable, poolOnly bool) (inst Instance, netAtt NetAttachment, pooled bool, err error) {
 	kind := kindOf(pol.Network)
 	if p != nil && poolable {
-		if inst, pooled = p.claim(kind); inst != nil {
+		// A sandbox only a pool would do for (airlock run's) refills
+		// its pool when it ends: a refill now would take the CPU from
+		// the command it runs, which is over in milliseconds.
+		if inst, pooled = p.claim(kind, !poolOnly); inst != nil {
 			if kind == plainKind {
 				return inst, nil, true, nil
 			}
@@ -254,6 +270,9 @@ func (m *Manager) box(ctx context.Context, be Backend, tmpl *Template, pol polic
 			}
 			return inst, att, true, nil
 		}
+	}
+	if poolOnly {
+		return nil, nil, false, ErrPoolEmpty
 	}
 	if err := m.hostRoom(); err != nil {
 		return nil, nil, false, err
@@ -311,6 +330,7 @@ func (m *Manager) newSandbox(ctx context.Context, id string, req CreateRequest, 
 		be:             be,
 		ended:          make(chan struct{}),
 		clock:          m.clock,
+		atStart:        usage,
 		apiMark:        cpuMark{usage.CPU, m.clock.Now()},
 		sampleMark:     cpuMark{usage.CPU, m.clock.Now()},
 		autoPause:      req.AutoPause,

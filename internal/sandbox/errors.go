@@ -20,6 +20,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrShuttingDown: the manager is stopping and takes no new sandbox.
 	ErrShuttingDown = errors.New("the server is shutting down")
+	// ErrPoolEmpty: a create that takes only a pooled sandbox
+	// (CreateRequest.PoolOnly) found none ready.
+	ErrPoolEmpty = errors.New("no pooled sandbox is ready")
 )
 
 // PublicError is a refusal whose message is fit for clients, with a cause

@@ -59,12 +59,15 @@ func kindOf(pol policy.Network) int {
 }
 
 // claim takes a ready sandbox of kind k, or returns nil when the pool has
-// none.
-func (p *pool) claim(k int) (Instance, bool) {
+// none. The pool refills at once, or, with !refill, when the claimer
+// kicks it.
+func (p *pool) claim(k int, refill bool) (Instance, bool) {
 	if k == plainKind && !p.plain.Swap(true) {
 		p.m.changes.notify()
 	}
-	defer p.kick()
+	if refill {
+		defer p.kick()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.ready[k]) > 0 {

@@ -142,6 +142,9 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 	m.transition(sb, opKill, Gone)
 	sb.mu.Unlock()
 	close(sb.ended)
+	if sb.refill != nil {
+		sb.refill.kick()
+	}
 	sb.transport.CloseIdleConnections()
 	sb.ports.CloseIdleConnections()
 	m.log.Info("sandbox "+why, "sandbox", sb.ID)

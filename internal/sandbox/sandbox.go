@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -65,6 +66,11 @@ type Sandbox struct {
 	history []Sample // the sampler's, oldest first
 	// log is its log for its client (log.go), with a lock of its own.
 	log eventLog
+	// atStart is what its box had counted when it was handed out.
+	atStart backend.Usage
+	// refill, if set, is the pool it was claimed from, which refills
+	// when it ends (CreateRequest.PoolOnly).
+	refill *pool
 }
 
 // instance is the box that runs s; nil while s is saved.

@@ -1,0 +1,64 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+)
+
+// RunTemplate is the configured template whose pooled sandboxes are what
+// airlock run builds for a command: the host's view (no image root, no
+// mounts, nothing added to the environment), nothing started in it but
+// the agent, pooled, on the backend of that name. ok is false where the
+// server has none.
+func (m *Manager) RunTemplate(backendName string) (name string, pol policy.Policy, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.pools))
+	for n, p := range m.pools {
+		if !p.dynamic {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		t := &m.pools[n].tmpl
+		p := &t.Policy
+		if t.PoolSize > 0 && t.Ready == nil && t.Snapshot == "" && !t.WarmSnapshot &&
+			len(p.RootLayers) == 0 && !p.Root && len(p.Mounts) == 0 && len(p.Env) == 0 &&
+			m.backendOf(t).Name() == backendName {
+			return n, t.Policy, true
+		}
+	}
+	return "", policy.Policy{}, false
+}
+
+// CountersAtStart is what the box running s had counted when s was
+// handed out (zero where the host could not say).
+func (s *Sandbox) CountersAtStart() backend.Usage { return s.atStart }
+
+// Counters is what the box running s has counted so far: its CPU time,
+// its memory's peak, the processes its memory limit killed.
+func (s *Sandbox) Counters(ctx context.Context) (backend.Usage, error) {
+	inst := s.instance()
+	if inst == nil {
+		return backend.Usage{}, errors.New("the sandbox is saved")
+	}
+	return inst.Usage(ctx)
+}
+
+// KeepPlain has the pool of template name keep sandboxes without a
+// network from now on, as it does once a create asked for one: airlock
+// run's commands have none, and the first should not wait for one.
+func (m *Manager) KeepPlain(name string) {
+	m.mu.Lock()
+	p, ok := m.pools[name]
+	m.mu.Unlock()
+	if ok && !p.plain.Swap(true) {
+		m.changes.notify()
+		p.kick()
+	}
+}
