@@ -30,7 +30,8 @@ var allowed = map[string][]string{
 	// and template use backends and the image store directly.
 	"cmd/airlock": {"internal/daemon", "internal/config", "internal/apikey", "internal/clusterbin",
 		"internal/backend", "internal/backend/gvisor", "internal/backend/namespaces", "internal/layout",
-		"internal/netpolicy", "internal/policy", "internal/image", "internal/build", "internal/stock"},
+		"internal/netpolicy", "internal/policy", "internal/image", "internal/build", "internal/stock",
+		"internal/runsock", "internal/agentproto"},
 	// A cluster on Kubernetes: the only binary that links client-go.
 	"cmd/airlock-cluster": {"internal/cluster", "internal/console", "internal/apikey", "internal/httpserve"},
 	"tests/netlab":        {"internal/nettest"},
@@ -50,7 +51,7 @@ var allowed = map[string][]string{
 	"internal/backend/namespaces": {"internal/backend", "internal/backend/namespaces/nsinit", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin"},
 	"internal/backend/gvisor":     {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin"},
 	// The namespaces sandbox's init, inside it: the sandbox binary's.
-	"internal/backend/namespaces/nsinit": {"internal/layout", "internal/policy"},
+	"internal/backend/namespaces/nsinit": {"internal/layout", "internal/policy", "internal/agentproto"},
 	// The sandbox binary, embedded, and where it is installed: a leaf.
 	"internal/console":    {},
 	"internal/sandboxbin": {},
@@ -118,7 +119,10 @@ var allowed = map[string][]string{
 	"internal/daemon": {"internal/config", "internal/apikey", "internal/backend", "internal/backend/gvisor",
 		"internal/backend/namespaces", "internal/cgroups", "internal/sandbox", "internal/sandboxid", "internal/policy",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/httpapi",
-		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock"},
+		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock"},
+	// airlock run's way into a local daemon's pool: its socket and
+	// protocol, shared by the command and the daemon.
+	"internal/runsock": {"internal/backend"},
 	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.

@@ -78,6 +78,7 @@ type Daemon struct {
 	manager *sandbox.Manager
 	service *build.Service // template builds, over the API
 	api     *httpapi.Server
+	run     *runServer // nil: another daemon of the state directory has it
 }
 
 // New makes the daemon of cfg, in the order that keeps a bad
@@ -202,6 +203,13 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.mcfg.Sealed = cfg.Network.Sealed()
 	d.manager = sandbox.NewManager(d.mcfg, d.isolation, d.log)
 	d.api = d.handler(images, files)
+	if d.run, err = listenRun(cfg.StateDir, d.manager, d.log); err != nil {
+		d.manager.Shutdown()
+		return err
+	}
+	if name, _, ok := d.manager.RunTemplate(d.isolation.Name()); ok && d.run != nil {
+		d.manager.KeepPlain(name)
+	}
 	return nil
 }
 
@@ -275,6 +283,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.log.Info("airlock serving", "listen", d.ln.Addr().String(), "state_dir", d.cfg.StateDir,
 		"api_key", apikey.Fingerprint(d.key.Value), "api_key_from", d.key.From)
 	srv, errc := httpserve.Serve(d.ln, d.api, httpserve.Limits{MaxConns: d.cfg.MaxConnections, IdleTimeout: time.Duration(d.cfg.IdleTimeout), TLS: d.tls})
+	if d.run != nil {
+		go d.run.serve()
+	}
 	// In a cluster the node registers once it answers, and deregisters
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}
@@ -282,7 +293,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		var err error
 		if leave, err = joinCluster(d.cfg.Node, d.ln.Addr(), d.key.Value, d.offered(), d.mcfg.MaxSandboxes, d.log); err != nil {
 			srv.Close()
+			d.run.close()
 			d.manager.Shutdown()
+			d.run.wait()
 			d.network.close(d.log)
 			return err
 		}
@@ -297,8 +310,10 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)
+	d.run.close()
 	d.service.Shutdown()
 	d.manager.Shutdown()
+	d.run.wait()
 	d.network.close(d.log)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
