@@ -86,6 +86,8 @@ type runFlags struct {
 	user          string
 	stateDir      string
 	workdirSet    bool
+	daemon        string // auto, always or never
+	runscSet      bool
 }
 
 func parseRunFlags(args []string) (*runFlags, error) {
@@ -115,6 +117,7 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.StringVar(&f.template, "template", "", "template to run in (airlock template list); default: the host's /usr, read-only")
 	fs.StringVar(&f.user, "user", "user", "who runs the command: user, or root (of the sandbox; with --template)")
 	stateDir := stateDirFlag(fs)
+	fs.StringVar(&f.daemon, "daemon", "auto", "run in a sandbox of the pool of a local airlock serve (of --state-dir): auto (when one answers), always, or never")
 	fs.Var(&f.dns, "dns", "upstream DNS server for the sandbox's resolver, IP[:PORT] (repeatable; default: the host's /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,7 +130,15 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	}
 	f.argv = fs.Args()
 	f.stateDir = *stateDir
-	fs.Visit(func(fl *flag.Flag) { f.workdirSet = f.workdirSet || fl.Name == "workdir" })
+	fs.Visit(func(fl *flag.Flag) {
+		f.workdirSet = f.workdirSet || fl.Name == "workdir"
+		f.runscSet = f.runscSet || fl.Name == "runsc"
+	})
+	switch f.daemon {
+	case "auto", "always", "never":
+	default:
+		return nil, usageError{fmt.Sprintf("--daemon must be auto, always or never, got %q", f.daemon)}
+	}
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, err
@@ -310,6 +321,13 @@ func runCmd(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	res, err := f.viaDaemon(ctx, spec)
+	if res != nil || err != nil {
+		if err == nil {
+			err = f.report(res, &stdout, &stderr)
+		}
+		return err
+	}
 	if err := ns.Cleanup(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock: warning: cleaning up earlier sandboxes:", err)
 	}
@@ -321,7 +339,7 @@ func runCmd(args []string) error {
 		defer detach()
 		spec.NetNS = att.Namespace()
 	}
-	res, err := b.Run(ctx, spec)
+	res, err = b.Run(ctx, spec)
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "airlock: interrupted; sandbox killed")
@@ -329,6 +347,12 @@ func runCmd(args []string) error {
 		}
 		return err
 	}
+	return f.report(res, &stdout, &stderr)
+}
+
+// report prints how the command ended (its JSON result with --json), and
+// returns airlock's exit code.
+func (f *runFlags) report(res *backend.Result, stdout, stderr *strings.Builder) error {
 	code, reason := exitStatus(res, &f.policy)
 	if f.asJSON {
 		out := jsonResult{

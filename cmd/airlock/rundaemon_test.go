@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startRunServer starts an airlock serve whose pool airlock run takes
+// sandboxes from (base is the host's view), and waits until a run goes
+// through it.
+func startRunServer(t *testing.T) *server {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfg, []byte(`{"stock": {"root": "jail"}, "templates": {"code-interpreter-v1": {"poolSize": 0}}}`), 0o644)
+	s := startServe(t, t.TempDir(), "--config", cfg)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		r := airlock(t, "", "run", "--daemon", "always", "--state-dir", s.stateDir, "--", "/bin/true")
+		if r.code == 0 {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no run went through the daemon in a minute: exit %d: %s", r.code, r.stderr)
+		}
+	}
+}
+
+// TestRunThroughDaemon: a command run in a sandbox of the daemon's pool
+// behaves as one run directly, case by case: its output, exit code and
+// the way it ended, its environment, and the errors of a command that
+// cannot start.
+func TestRunThroughDaemon(t *testing.T) {
+	s := startRunServer(t)
+	defer s.stop(t)
+	cases := []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"streams and exit code", "", []string{"--", "/bin/sh", "-c", "echo out; echo err >&2; exit 7"}},
+		{"signal", "", []string{"--", "/bin/bash", "-c", "kill -TERM $$"}},
+		{"timeout", "", []string{"--timeout", "1s", "--", "/bin/sleep", "60"}},
+		{"oom at the pool's memory limit", "", []string{"--", "/usr/bin/python3", "-c", "b = bytearray(900 << 20)"}},
+		{"who, where, umask, env", "", []string{"--env", "GREETING=hi", "--", "/bin/sh", "-c", "id -un; pwd; umask; echo $GREETING $HOME $PATH"}},
+		{"workdir", "", []string{"--workdir", "/tmp", "--", "pwd"}},
+		{"stdin", "stressed\n", []string{"--stdin", "--", "/usr/bin/python3", "-c", "print(input()[::-1])"}},
+		{"no stdin", "ignored\n", []string{"--", "/bin/cat"}},
+		{"not found", "", []string{"--", "no-such-command"}},
+		{"missing workdir", "", []string{"--workdir", "/no/such/dir", "--", "/bin/true"}},
+		{"background child dies with the command", "", []string{"--", "/bin/sh", "-c", "sleep 60 & echo started"}},
+		{"output limit", "", []string{"--output-limit", "1K", "--", "/bin/sh", "-c", "head -c 100000 /dev/zero"}},
+		{"json", "", []string{"--json", "--", "/bin/bash", "-c", `printf 'a\xffb'; echo e >&2; exit 3`}},
+	}
+	for _, c := range cases {
+		args := func(mode string) []string {
+			return append([]string{"run", "--daemon", mode, "--state-dir", s.stateDir}, c.args...)
+		}
+		direct, daemon := airlock(t, c.stdin, args("never")...), airlock(t, c.stdin, args("always")...)
+		if strings.Contains(daemon.stderr, "--daemon always") {
+			t.Errorf("%s: not run through the daemon: %s", c.name, daemon.stderr)
+			continue
+		}
+		if strings.HasPrefix(daemon.stdout, "{") {
+			// The figures differ: compare what does not.
+			direct.stdout, daemon.stdout = withoutFigures(t, direct.stdout), withoutFigures(t, daemon.stdout)
+		}
+		if daemon.code != direct.code || daemon.stdout != direct.stdout || daemon.stderr != direct.stderr {
+			t.Errorf("%s: through the daemon exit %d, stdout %q, stderr %q; directly exit %d, stdout %q, stderr %q",
+				c.name, daemon.code, daemon.stdout, daemon.stderr, direct.code, direct.stdout, direct.stderr)
+		}
+	}
+	// What a pooled sandbox cannot give runs directly, or, with always,
+	// is refused before anything runs.
+	for _, args := range [][]string{
+		{"--memory", "128M", "--", "/bin/true"},
+		{"--mount", "/etc:/mnt", "--", "/bin/true"},
+		{"--code", "print(1)"},
+	} {
+		r := airlock(t, "", append([]string{"run", "--daemon", "always", "--state-dir", s.stateDir}, args...)...)
+		if r.code != 2 || !strings.HasPrefix(r.stderr, "airlock: --daemon always: ") {
+			t.Errorf("always %q: exit %d %q, want it refused", args, r.code, r.stderr)
+		}
+		if r := airlock(t, "", append([]string{"run", "--state-dir", s.stateDir}, args...)...); r.code != 0 {
+			t.Errorf("auto %q: exit %d %q, want it run directly", args, r.code, r.stderr)
+		}
+	}
+}
+
+// withoutFigures is a --json result with its measurements zeroed.
+func withoutFigures(t *testing.T, s string) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("not JSON: %q", s)
+	}
+	for _, k := range []string{"duration_ms", "cpu_ms", "max_memory_bytes"} {
+		if v, ok := m[k].(float64); !ok || v <= 0 {
+			t.Errorf("%s is %v in %s", k, m[k], s)
+		}
+		m[k] = 0
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// TestRunThroughDaemonEnds: an interrupted run through the daemon kills
+// its sandbox as a direct one does; a client that is not root is not
+// answered; a daemon killed leaves a socket that airlock run goes past
+// (directly), and that the next daemon takes over.
+func TestRunThroughDaemonEnds(t *testing.T) {
+	s := startRunServer(t)
+	cmd := exec.Command(airlockBin, "run", "--daemon", "always", "--state-dir", s.stateDir, "--", "/bin/sh", "-c", "echo ready; sleep 60")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the command did not start: %q", line)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 || stderr.String() != "airlock: interrupted; sandbox killed\n" {
+		t.Errorf("interrupted: exit %d, %q; want 130", code, stderr.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, body := s.do(t, "GET", "/v2/sandboxes", nil, map[string]string{"X-API-KEY": s.key})
+		if strings.TrimSpace(string(body)) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the interrupted run's sandbox is still there: %s", body)
+		}
+	}
+
+	// A peer that is not root: the socket opened to it, it gets no answer.
+	for dir := s.stateDir; dir != os.TempDir(); dir = filepath.Dir(dir) {
+		os.Chmod(dir, 0o755)
+	}
+	os.Chmod(filepath.Join(s.stateDir, "run.sock"), 0o666)
+	// (airlock run itself refuses to start as nobody: a client of its
+	// own sends the request.)
+	nobody := exec.Command("/usr/bin/python3", "-c", `import json, socket, struct, sys
+req = json.dumps({"v": 1, "backend": "namespaces", "argv": ["/bin/true"], "env": [], "cwd": "/home/user", "umask": 18, "stdin": False,
+	"memoryBytes": 512 << 20, "pids": 256, "cpus": 1, "diskBytes": 1 << 30, "timeout": 10**10, "outputLimit": 1024}).encode()
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+try:
+	s.sendall(b"R" + struct.pack(">I", len(req)) + req)
+	print(repr(s.recv(100)))
+except (BrokenPipeError, ConnectionResetError):
+	print(repr(b""))`, filepath.Join(s.stateDir, "run.sock"))
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if msg, err := nobody.CombinedOutput(); err != nil || string(msg) != "b''\n" {
+		t.Errorf("as nobody: %v %q, want the connection closed unanswered", err, msg)
+	}
+
+	// Killed, the daemon leaves its socket; runs go past it.
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	if _, err := os.Stat(filepath.Join(s.stateDir, "run.sock")); err != nil {
+		t.Fatalf("the killed daemon's socket: %v", err)
+	}
+	if r := airlock(t, "", "run", "--state-dir", s.stateDir, "--", "/bin/echo", "direct"); r.code != 0 || r.stdout != "direct\n" {
+		t.Errorf("past a dead daemon's socket: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	// The next daemon cleans up after it, and serves the socket.
+	s2 := startServe(t, s.stateDir, "--config", s.cmd.Args[slices.Index(s.cmd.Args, "--config")+1])
+	defer s2.stop(t)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if r := airlock(t, "", "run", "--daemon", "always", "--state-dir", s.stateDir, "--", "/bin/true"); r.code == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the next daemon did not serve runs: %s", r.stderr)
+		}
+	}
+}
