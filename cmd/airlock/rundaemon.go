@@ -41,7 +41,15 @@ func (f *runFlags) viaDaemon(ctx context.Context, spec *backend.Spec) (*backend.
 	if err != nil {
 		return decline(err.Error())
 	}
-	defer c.Close()
+	// Once the result is in, the connection is left to the process's
+	// exit to close: the daemon tears the sandbox down when it closes,
+	// and that work should not compete with airlock's own exit.
+	done := false
+	defer func() {
+		if !done {
+			c.Close()
+		}
+	}()
 	p := &spec.Policy
 	req := runsock.Request{
 		V: runsock.Version, Backend: f.backend,
@@ -95,6 +103,7 @@ func (f *runFlags) viaDaemon(ctx context.Context, spec *backend.Spec) (*backend.
 			if err := agentproto.DecodeStrict(data, &res); err != nil {
 				return nil, fmt.Errorf("the daemon's result: %w", err)
 			}
+			done = true
 			if res.SetupError != "" {
 				return nil, &backend.SetupError{Msg: res.SetupError}
 			}
