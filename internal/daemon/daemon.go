@@ -207,9 +207,6 @@ func (d *Daemon) start(ctx context.Context) error {
 		d.manager.Shutdown()
 		return err
 	}
-	if name, _, ok := d.manager.RunTemplate(d.isolation.Name()); ok && d.run != nil {
-		d.manager.KeepPlain(name)
-	}
 	return nil
 }
 

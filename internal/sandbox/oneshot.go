@@ -50,15 +50,3 @@ func (s *Sandbox) Counters(ctx context.Context) (backend.Usage, error) {
 	return inst.Usage(ctx)
 }
 
-// KeepPlain has the pool of template name keep sandboxes without a
-// network from now on, as it does once a create asked for one: airlock
-// run's commands have none, and the first should not wait for one.
-func (m *Manager) KeepPlain(name string) {
-	m.mu.Lock()
-	p, ok := m.pools[name]
-	m.mu.Unlock()
-	if ok && !p.plain.Swap(true) {
-		m.changes.notify()
-		p.kick()
-	}
-}
