@@ -16,6 +16,10 @@ import (
 type benchCase struct {
 	name string
 	argv []string
+	// before, if set, runs untimed before each sample: the daemon's
+	// cases wait for its pool to refill, so that neither a sample nor
+	// the cases after it pay for the one before.
+	before func() error
 }
 
 // benchCmd times one-shot runs against their baselines, in alternation so
@@ -28,6 +32,7 @@ func benchCmd(args []string) error {
 	fs.SetOutput(io.Discard)
 	n := fs.Int("n", 50, "rounds")
 	python := fs.String("python", "/usr/bin/python3", "interpreter to run")
+	noDaemon := fs.Bool("no-daemon", false, "do not measure airlock run through a local airlock serve")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -41,14 +46,29 @@ func benchCmd(args []string) error {
 	py := []string{*python, "-c", "print(1)"}
 	tru := []string{"/bin/true"}
 	airlock := func(cmd []string, flags ...string) []string {
-		return append(append(append([]string{self, "run"}, flags...), "--"), cmd...)
+		return append(append(append([]string{self, "run", "--daemon", "never"}, flags...), "--"), cmd...)
 	}
 	cases := []benchCase{
-		{"bare /bin/true", tru},
-		{"airlock run /bin/true", airlock(tru)},
-		{"bare python", py},
-		{"airlock run python", airlock(py)},
-		{"airlock version", []string{self, "version"}},
+		{name: "bare /bin/true", argv: tru},
+		{name: "airlock run /bin/true", argv: airlock(tru)},
+		{name: "bare python", argv: py},
+		{name: "airlock run python", argv: airlock(py)},
+		{name: "airlock version", argv: []string{self, "version"}},
+	}
+	// Through a local airlock serve's pool, from a server of its own
+	// whose base is the host's view, as airlock run's.
+	var srv *benchServer
+	if !*noDaemon {
+		if srv, err = startBenchServer(self); err != nil {
+			return err
+		}
+		defer srv.stop()
+		via := func(cmd []string) []string {
+			return append([]string{self, "run", "--daemon", "always", "--state-dir", srv.dir, "--"}, cmd...)
+		}
+		cases = append(cases,
+			benchCase{name: "daemon run /bin/true", argv: via(tru), before: srv.settle},
+			benchCase{name: "daemon run python", argv: via(py), before: srv.settle})
 	}
 	// bubblewrap as the issue of one-shot cost puts it: every namespace,
 	// the host's root read-only, a fresh /dev, /proc and /tmp.
@@ -58,7 +78,7 @@ func benchCmd(args []string) error {
 			return append([]string{bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
 				"--unshare-all", "--die-with-parent", "--new-session"}, cmd...)
 		}
-		cases = append(cases, benchCase{"bwrap /bin/true", wrap(tru)}, benchCase{"bwrap python", wrap(py)})
+		cases = append(cases, benchCase{name: "bwrap /bin/true", argv: wrap(tru)}, benchCase{name: "bwrap python", argv: wrap(py)})
 	}
 	// With runsc at hand, gVisor too, against raw runsc ("runsc do" runs a
 	// command in a fresh gVisor sandbox over the host's file system).
@@ -70,8 +90,8 @@ func benchCmd(args []string) error {
 		}
 		defer os.RemoveAll(root)
 		cases = append(cases,
-			benchCase{"airlock run --backend gvisor", airlock(py, "--backend", "gvisor", "--runsc", runsc)},
-			benchCase{"raw runsc do", append([]string{runsc, "--root", root, "--network", "none", "--platform", "systrap", "do"}, py...)},
+			benchCase{name: "airlock run --backend gvisor", argv: airlock(py, "--backend", "gvisor", "--runsc", runsc)},
+			benchCase{name: "raw runsc do", argv: append([]string{runsc, "--root", root, "--network", "none", "--platform", "systrap", "do"}, py...)},
 		)
 	}
 	times := map[string][]time.Duration{}
@@ -79,6 +99,11 @@ func benchCmd(args []string) error {
 	// so that each sees the same machine conditions.
 	for round := -1; round < *n; round++ {
 		for _, c := range cases {
+			if c.before != nil {
+				if err := c.before(); err != nil {
+					return err
+				}
+			}
 			d, err := timeRun(c.argv)
 			if err != nil {
 				return err
@@ -102,6 +127,15 @@ func benchCmd(args []string) error {
 		}
 	} else {
 		fmt.Println("bubblewrap not measured: no bwrap on PATH (Debian's bubblewrap)")
+	}
+	if srv != nil && bwrapErr == nil {
+		var a, b float64
+		for _, cmd := range []string{"/bin/true", "python"} {
+			d, w := med("daemon run "+cmd), med("bwrap "+cmd)
+			a, b = a+d, b+w
+			fmt.Printf("through the daemon %s: %.2f ms, bwrap %.2f ms: %.2fx bwrap's time; overhead over bare %.2f ms\n", cmd, d, w, d/w, d-med("bare "+cmd))
+		}
+		fmt.Printf("through the daemon, both: %.2f ms, bwrap %.2f ms: %.2fx\n", a, b, a/b)
 	}
 	if runscErr == nil {
 		fmt.Printf("airlock run --backend gvisor / raw runsc do: %.2fx\n", med("airlock run --backend gvisor")/med("raw runsc do"))
