@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -72,16 +71,7 @@ func (s *Service) RunOnce(w http.ResponseWriter, r *http.Request) {
 	// where init's exit ends the sandbox's PID namespace. kill(-1) spares
 	// the agent and the namespace's init; the sandbox is discarded after.
 	_ = unix.Kill(-1, unix.SIGKILL)
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(outputGrace):
-		// A process the kill could not reach holds an output open.
-		closeFiles(outputs)
-		<-drained
-	}
-	closeFiles(outputs)
+	drain(&readers, outputs)
 	if err != nil {
 		out.send(agentproto.FrameSetupError, []byte("wait: "+err.Error()))
 		return

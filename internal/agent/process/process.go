@@ -96,16 +96,7 @@ func (s *Service) run(p *process, outputs []*os.File, kill *time.Timer) {
 	if kill != nil {
 		kill.Stop()
 	}
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(outputGrace):
-		// Closing the read ends ends the readers' blocked reads.
-		closeFiles(outputs)
-		<-drained
-	}
-	closeFiles(outputs)
+	drain(&readers, outputs)
 	p.stdinMu.Lock()
 	if p.stdin != nil {
 		p.stdin.Close()
@@ -176,6 +167,21 @@ func (p *process) signal(sig unix.Signal) error {
 		return err
 	}
 	return nil
+}
+
+// drain waits until readers have read outputs to their end, for at most
+// outputGrace (a process still running may hold one open: closing the
+// read ends ends their blocked reads), and closes outputs.
+func drain(readers *sync.WaitGroup, outputs []*os.File) {
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputGrace):
+		closeFiles(outputs)
+		<-drained
+	}
+	closeFiles(outputs)
 }
 
 func closeFiles(files []*os.File) {
