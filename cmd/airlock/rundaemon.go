@@ -12,7 +12,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/layout"
-	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/runsock"
 )
 
@@ -55,7 +54,7 @@ func (f *runFlags) viaDaemon(ctx context.Context, spec *backend.Spec) (*backend.
 		V: runsock.Version, Backend: f.backend,
 		Argv: spec.Argv, Env: layout.Env(p), Cwd: p.Workdir, Umask: umask(), Stdin: spec.Stdin != nil,
 		MemoryBytes: p.MemoryBytes, Pids: p.Pids, CPUs: p.CPUs, DiskBytes: p.DiskBytes,
-		Timeout: p.Timeout, OutputLimit: p.OutputLimit,
+		Timeout: p.Timeout, OutputLimit: p.OutputLimit, Network: p.Network, Files: spec.Files,
 	}
 	// Until the daemon has claimed a sandbox and been told to go, the
 	// command can still run directly: nothing ran.
@@ -117,12 +116,11 @@ func (f *runFlags) viaDaemon(ctx context.Context, spec *backend.Spec) (*backend.
 func (f *runFlags) directOnly(spec *backend.Spec) string {
 	p := &spec.Policy
 	switch {
-	case len(spec.Files) > 0:
-		return "--file or --code"
 	case len(p.Mounts) > 0:
 		return "--mount"
-	case p.Network.Mode != policy.NetNone:
-		return "a network"
+	case len(f.dns) > 0:
+		// The daemon's sandboxes resolve through its own resolver.
+		return "--dns"
 	case f.template != "" || p.Root:
 		return "--template"
 	case f.runscSet:

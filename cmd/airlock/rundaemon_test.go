@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/nettest"
 )
 
 // startRunServer starts an airlock serve whose pool airlock run takes
@@ -39,6 +41,8 @@ func startRunServer(t *testing.T) *server {
 func TestRunThroughDaemon(t *testing.T) {
 	s := startRunServer(t)
 	defer s.stop(t)
+	echo := filepath.Join(t.TempDir(), "echo.py")
+	os.WriteFile(echo, []byte("print(input()[::-1])\n"), 0o600)
 	cases := []struct {
 		name  string
 		stdin string
@@ -57,6 +61,9 @@ func TestRunThroughDaemon(t *testing.T) {
 		{"background child dies with the command", "", []string{"--", "/bin/sh", "-c", "sleep 60 & echo started"}},
 		{"output limit", "", []string{"--output-limit", "1K", "--", "/bin/sh", "-c", "head -c 100000 /dev/zero"}},
 		{"json", "", []string{"--json", "--", "/bin/bash", "-c", `printf 'a\xffb'; echo e >&2; exit 3`}},
+		{"code", "", []string{"--code", "print(__file__)"}},
+		{"code file's owner and mode", "", []string{"--lang", "bash", "--code", "stat -c '%a %u %g %s %n' /.airlock/main.sh; touch /.airlock/main.sh"}},
+		{"file and stdin", "stressed\n", []string{"--stdin", "--file", echo}},
 	}
 	for _, c := range cases {
 		args := func(mode string) []string {
@@ -81,7 +88,6 @@ func TestRunThroughDaemon(t *testing.T) {
 	for _, args := range [][]string{
 		{"--memory", "128M", "--", "/bin/true"},
 		{"--mount", "/etc:/mnt", "--", "/bin/true"},
-		{"--code", "print(1)"},
 	} {
 		r := airlock(t, "", append([]string{"run", "--daemon", "always", "--state-dir", s.stateDir}, args...)...)
 		if r.code != 2 || !strings.HasPrefix(r.stderr, "airlock: --daemon always: ") {
@@ -184,5 +190,58 @@ except (BrokenPipeError, ConnectionResetError):
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the next daemon did not serve runs: %s", r.stderr)
 		}
+	}
+}
+
+// TestRunThroughDaemonNetwork: a run with a network goes through the
+// daemon's network for sandboxes, as a direct run goes through its own:
+// the same reach under each policy, in the fake internet. A sealed
+// server declines it.
+func TestRunThroughDaemonNetwork(t *testing.T) {
+	lab := newLab(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(`{"network": {"dns": ["`+nettest.DNSAddr.String()+`"]}, "stock": {"root": "jail"}, "templates": {"code-interpreter-v1": {"poolSize": 0}}}`), 0o644)
+	s := startServeIn(t, lab, filepath.Join(dir, "state"), "--config", cfg)
+	run := func(args ...string) cliResult {
+		return airlockIn(t, lab, append([]string{"run", "--daemon", "always", "--state-dir", s.stateDir}, args...)...)
+	}
+	for _, net := range [][]string{{"--net", "internet"}, nil} {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			r := run(append(net, "--", "/bin/true")...)
+			if r.code == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v: no run went through the daemon in a minute: %s", net, r.stderr)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--net", "internet"}, "allowed.test ok|denied.test ok|203.0.113.20 ok|198.51.100.7 ok|10.99.0.5 refused"},
+		{[]string{"--allow-out", "allowed.test", "--allow-out", "198.51.100.0/24"},
+			"allowed.test ok|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
+		{[]string{"--net", "internet", "--deny-out", "denied.test", "--deny-out", "203.0.113.0/24"},
+			"allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
+		{nil, "allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 refused|10.99.0.5 refused"},
+	} {
+		r := run(append(tc.flags, "--", "/usr/bin/python3", "-c", netProbe)...)
+		if got := strings.ReplaceAll(strings.TrimSpace(r.stdout), "\n", "|"); r.code != 0 || got != tc.want {
+			t.Errorf("%v: exit %d, got %s, want %s; stderr %s", tc.flags, r.code, got, tc.want, r.stderr)
+		}
+	}
+	if r := run("--dns", nettest.DNSAddr.String(), "--net", "internet", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, "--dns runs only directly") {
+		t.Errorf("--dns: exit %d %q, want it refused", r.code, r.stderr)
+	}
+
+	s.stop(t)
+
+	sealed := startRunServer(t)
+	defer sealed.stop(t)
+	if r := airlock(t, "", "run", "--daemon", "always", "--state-dir", sealed.stateDir, "--net", "internet", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, "sealed") {
+		t.Errorf("a sealed server: exit %d %q, want the run declined", r.code, r.stderr)
 	}
 }

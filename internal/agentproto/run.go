@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -58,9 +59,10 @@ type RunExit struct {
 	WaitStatus uint32 `json:"waitStatus"`
 }
 
-// WriteFrame writes one frame.
+// WriteFrame writes one frame. The reader bounds what it takes
+// (ReadFrame's limit).
 func WriteFrame(w io.Writer, typ byte, payload []byte) error {
-	if len(payload) > MaxFrame {
+	if int64(len(payload)) > math.MaxUint32 {
 		return fmt.Errorf("frame of %d bytes is over the limit", len(payload))
 	}
 	var hdr [5]byte

@@ -122,7 +122,7 @@ var allowed = map[string][]string{
 		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock"},
 	// airlock run's way into a local daemon's pool: its socket and
 	// protocol, shared by the command and the daemon.
-	"internal/runsock": {"internal/backend"},
+	"internal/runsock": {"internal/backend", "internal/policy"},
 	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.

@@ -135,6 +135,27 @@ type RootExporter interface {
 	ExportRoot(ctx context.Context, w io.Writer) error
 }
 
+// CodePlacer is an Instance that can take airlock run's code files
+// (Spec.Files) into its layout.CodeDir, read-only and owned by its root,
+// as a box built for the run has them: a run in a pooled box.
+type CodePlacer interface {
+	// PlaceCode writes files; none may exist there yet. The caller
+	// checked their names (CheckFileNames) and that nothing of its own
+	// has run in the box.
+	PlaceCode(files []File) error
+}
+
+// CheckFileNames refuses a code file whose name is not a single path
+// element.
+func CheckFileNames(files []File) error {
+	for _, f := range files {
+		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") {
+			return fmt.Errorf("file name %q is not a single path element", f.Name)
+		}
+	}
+	return nil
+}
+
 // Usage is what a box uses.
 type Usage struct {
 	Memory int64         // bytes in use now
@@ -213,10 +234,8 @@ func CheckSpec(spec *Spec) error {
 	if len(spec.Argv) == 0 {
 		return errors.New("no command to run")
 	}
-	for _, f := range spec.Files {
-		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") {
-			return fmt.Errorf("file name %q is not a single path element", f.Name)
-		}
+	if err := CheckFileNames(spec.Files); err != nil {
+		return err
 	}
 	for _, m := range spec.Policy.Mounts {
 		f, err := OpenMountSource(m.Source)

@@ -203,7 +203,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.mcfg.Sealed = cfg.Network.Sealed()
 	d.manager = sandbox.NewManager(d.mcfg, d.isolation, d.log)
 	d.api = d.handler(images, files)
-	if d.run, err = listenRun(cfg.StateDir, d.manager, d.log); err != nil {
+	if d.run, err = listenRun(cfg.StateDir, d.manager, cfg.Network.Sealed(), d.log); err != nil {
 		d.manager.Shutdown()
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/runsock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -28,12 +29,14 @@ import (
 // host (the time limit, the output limit, the statistics) decided here
 // the same way.
 type runServer struct {
-	m    *sandbox.Manager
-	log  *slog.Logger
-	ln   *net.UnixListener
-	lock *os.File
-	path string
-	wg   sync.WaitGroup
+	m *sandbox.Manager
+	// sealed: the server gives no sandbox the internet, and so no run.
+	sealed bool
+	log    *slog.Logger
+	ln     *net.UnixListener
+	lock   *os.File
+	path   string
+	wg     sync.WaitGroup
 }
 
 // claimTimeout is how long a client may take to say go once its sandbox
@@ -47,7 +50,7 @@ const (
 // daemon of the state directory serves it already (they may share one).
 // The socket is the daemon's alone: the directory is 0700, the socket
 // 0600, and a peer that is not root is refused (peer credentials).
-func listenRun(dir string, m *sandbox.Manager, log *slog.Logger) (*runServer, error) {
+func listenRun(dir string, m *sandbox.Manager, sealed bool, log *slog.Logger) (*runServer, error) {
 	lock, err := os.OpenFile(filepath.Join(dir, runsock.LockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("run socket: %w", err)
@@ -76,7 +79,7 @@ func listenRun(dir string, m *sandbox.Manager, log *slog.Logger) (*runServer, er
 		return nil, fmt.Errorf("run socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(false) // removed by path in close, not by addr
-	return &runServer{m: m, log: log, ln: ln, lock: lock, path: filepath.Join(dir, runsock.SocketName)}, nil
+	return &runServer{m: m, sealed: sealed, log: log, ln: ln, lock: lock, path: filepath.Join(dir, runsock.SocketName)}, nil
 }
 
 // serve answers until close.
@@ -117,7 +120,7 @@ func (s *runServer) wait() {
 // handle serves one client.
 func (s *runServer) handle(c *net.UnixConn) {
 	c.SetReadDeadline(time.Now().Add(requestTimeout))
-	typ, payload, err := agentproto.ReadFrame(c, agentproto.MaxFrame)
+	typ, payload, err := agentproto.ReadFrame(c, runsock.MaxRequest)
 	if err != nil || typ != agentproto.FrameRequest {
 		return
 	}
@@ -159,17 +162,31 @@ func (s *runServer) claim(req *runsock.Request) (*sandbox.Sandbox, string) {
 		return nil, "limits other than the pool's"
 	case len(req.Argv) == 0 || req.Timeout <= 0 || req.OutputLimit < 0:
 		return nil, "a request without a command or a time limit"
+	case s.sealed && req.Network.Mode != policy.NetNone:
+		return nil, "this server is sealed: its sandboxes have no network"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	// The sandbox outlives the command's time limit a little: the timer
 	// here kills it first, and the manager's is the backstop.
 	sb, err := s.m.Create(ctx, sandbox.CreateRequest{
-		TemplateID: name, TTL: req.Timeout + 30*time.Second, PoolOnly: true,
+		TemplateID: name, TTL: req.Timeout + 30*time.Second, PoolOnly: true, Network: req.Network,
 		ClientID: "airlock-run", Metadata: map[string]string{"airlock-run": "1"},
 	})
 	if err != nil {
 		return nil, err.Error()
+	}
+	// Nothing of the client has run in it: its code files go in now, as
+	// a sandbox built for the run has them before its command starts.
+	if len(req.Files) > 0 {
+		if err := sb.PlaceCode(req.Files); err != nil {
+			s.m.Kill(sb.ID)
+			if errors.Is(err, sandbox.ErrNoCodeFiles) {
+				return nil, err.Error()
+			}
+			s.log.Warn("airlock run: code files", "sandbox", sb.ID, "err", err)
+			return nil, "the code files could not be placed in the pooled sandbox"
+		}
 	}
 	return sb, ""
 }

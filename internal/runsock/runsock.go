@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
 // SocketName is the socket's name in the state directory; LockName the
@@ -66,7 +67,16 @@ type Request struct {
 	// path's host side keeps them.
 	Timeout     time.Duration `json:"timeout"`
 	OutputLimit int64         `json:"outputLimit"`
+	// Network is what the command may reach, through the daemon's
+	// network for sandboxes (its resolver, its limits).
+	Network policy.Network `json:"network"`
+	// Files are the code files of --file and --code, for layout.CodeDir.
+	Files []backend.File `json:"files"`
 }
+
+// MaxRequest bounds a request's frame: a code file is at most 16 MiB, in
+// base64.
+const MaxRequest = 24 << 20
 
 // Result is how the command ended, or, with SetupError, that it could
 // not start (nothing ran).

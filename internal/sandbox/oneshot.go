@@ -50,3 +50,17 @@ func (s *Sandbox) Counters(ctx context.Context) (backend.Usage, error) {
 	return inst.Usage(ctx)
 }
 
+// ErrNoCodeFiles: the sandbox's backend cannot take code files into a
+// box already running (gVisor's code directory is a mount made at its
+// start).
+var ErrNoCodeFiles = errors.New("code files into a running sandbox are not supported by its backend")
+
+// PlaceCode writes airlock run's code files into s (backend.CodePlacer):
+// only into a sandbox nothing of its client has run in yet.
+func (s *Sandbox) PlaceCode(files []backend.File) error {
+	p, ok := bare(s.instance()).(backend.CodePlacer)
+	if !ok {
+		return ErrNoCodeFiles
+	}
+	return p.PlaceCode(files)
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"golang.org/x/sys/unix"
 )
 
 // agentSandbox is a long-lived sandbox whose command is the airlock agent,
@@ -27,6 +28,7 @@ type agentSandbox struct {
 var (
 	_ backend.Instance     = (*agentSandbox)(nil)
 	_ backend.RootExporter = (*agentSandbox)(nil)
+	_ backend.CodePlacer   = (*agentSandbox)(nil)
 )
 
 // Start starts a sandbox running the agent. The daemon creates the
@@ -144,4 +146,62 @@ func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
 		return backend.Usage{}, fmt.Errorf("sandbox %s: %w", s.ID, err)
 	}
 	return backend.Usage{Memory: st.Memory, Cache: st.Cache, CPU: st.CPU, MaxMemory: st.MaxMemory, OOMKills: st.OOMKills}, nil
+}
+
+// PlaceCode writes airlock run's code files into the sandbox's
+// layout.CodeDir, as its init writes them into a sandbox built for the
+// run: read-only, owned by the sandbox's root. The daemon is host root
+// and the directory is the sandbox's, so nothing of it is followed: the
+// root is init's (the daemon's unreaped child: its pid is not reused),
+// CodeDir and each file are opened beneath it with no symlink or magic
+// link resolved, and each file is created, never opened if it exists.
+func (s *agentSandbox) PlaceCode(files []backend.File) error {
+	if err := backend.CheckFileNames(files); err != nil {
+		return err
+	}
+	select {
+	case <-s.done:
+		return errors.New("the sandbox has ended")
+	default:
+	}
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox root: %w", err)
+	}
+	defer unix.Close(root)
+	beneath := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS)
+	dir, err := unix.Openat2(root, layout.CodeDir[1:], &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: beneath})
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", layout.CodeDir, err)
+	}
+	defer unix.Close(dir)
+	// Created as the sandbox's root (on the spawner thread, spawn.go):
+	// the root's tmpfs belongs to the sandbox's user namespace, in which
+	// host root has no id to own a file by (EOVERFLOW).
+	return asOwner(s.HostUID-layout.UID, nil, func() error {
+		for _, f := range files {
+			if err := writeNew(dir, f, beneath); err != nil {
+				return fmt.Errorf("code file %s: %w", f.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// writeNew creates f beneath dir, read-only for all.
+func writeNew(dir int, f backend.File, resolve uint64) error {
+	fd, err := unix.Openat2(dir, f.Name, &unix.OpenHow{
+		Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Mode:    0o444,
+		Resolve: resolve,
+	})
+	if err != nil {
+		return err
+	}
+	file := os.NewFile(uintptr(fd), f.Name)
+	defer file.Close()
+	if _, err := file.Write(f.Data); err != nil {
+		return err
+	}
+	return file.Chmod(0o444) // whatever the daemon's umask
 }
