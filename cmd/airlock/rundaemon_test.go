@@ -64,6 +64,9 @@ func TestRunThroughDaemon(t *testing.T) {
 		{"code", "", []string{"--code", "print(__file__)"}},
 		{"code file's owner and mode", "", []string{"--lang", "bash", "--code", "stat -c '%a %u %g %s %n' /.airlock/main.sh; touch /.airlock/main.sh"}},
 		{"file and stdin", "stressed\n", []string{"--stdin", "--file", echo}},
+		{"lower memory", "", []string{"--memory", "128M", "--json", "--", "/usr/bin/python3", "-c", "b = bytearray(300 << 20)"}},
+		{"lower pids", "", []string{"--pids", "40", "--", "/usr/bin/python3", "-c", pidsProbe}},
+		{"lower disk", "", []string{"--disk", "8M", "--", "/bin/sh", "-c", "df -k /tmp | tail -1 | awk '{print $2}'; head -c 20M /dev/zero > /tmp/f 2>/dev/null; echo $?"}},
 	}
 	for _, c := range cases {
 		args := func(mode string) []string {
@@ -86,7 +89,7 @@ func TestRunThroughDaemon(t *testing.T) {
 	// What a pooled sandbox cannot give runs directly, or, with always,
 	// is refused before anything runs.
 	for _, args := range [][]string{
-		{"--memory", "128M", "--", "/bin/true"},
+		{"--memory", "1G", "--", "/bin/true"},
 		{"--mount", "/etc:/mnt", "--", "/bin/true"},
 	} {
 		r := airlock(t, "", append([]string{"run", "--daemon", "always", "--state-dir", s.stateDir}, args...)...)
@@ -98,6 +101,21 @@ func TestRunThroughDaemon(t *testing.T) {
 		}
 	}
 }
+
+// pidsProbe starts processes until it may not, and says whether it was
+// stopped before 100.
+const pidsProbe = `
+import subprocess
+procs = []
+try:
+    for _ in range(100):
+        procs.append(subprocess.Popen(["/bin/sleep", "5"]))
+    print("not limited")
+except OSError as e:
+    print("limited:", e.strerror)
+for p in procs:
+    p.kill()
+`
 
 // withoutFigures is a --json result with its measurements zeroed.
 func withoutFigures(t *testing.T, s string) string {

@@ -50,6 +50,12 @@ type RunRequest struct {
 	Cwd   string   `json:"cwd"`
 	Umask uint32   `json:"umask"`
 	Stdin bool     `json:"stdin"`
+	// Pids, if set, is the command's RLIMIT_NPROC, below the sandbox's
+	// (a pooled sandbox handed out under a lower pids limit).
+	Pids int64 `json:"pids,omitempty"`
+	// FileSize, if set, is its RLIMIT_FSIZE: the disk limit, as the
+	// direct path's.
+	FileSize int64 `json:"fileSize,omitempty"`
 }
 
 // RunExit is how the command ended: its raw wait status, as wait(2) gave

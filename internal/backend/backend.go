@@ -135,6 +135,14 @@ type RootExporter interface {
 	ExportRoot(ctx context.Context, w io.Writer) error
 }
 
+// Lowerer is an Instance whose limits can be lowered while it runs: a
+// pooled box handed out under a request's lower limits.
+type Lowerer interface {
+	// Lower applies p's memory, CPU, pids and disk limits, none above
+	// the box's own; on error the box must be discarded.
+	Lower(p policy.Policy) error
+}
+
 // CodePlacer is an Instance that can take airlock run's code files
 // (Spec.Files) into its layout.CodeDir, read-only and owned by its root,
 // as a box built for the run has them: a run in a pooled box.

@@ -133,6 +133,9 @@ type impl interface {
 	// kill ends every process in the cgroup and returns once it is empty.
 	kill() error
 	stats() (Stats, error)
+	// lower sets limits no higher than the cgroup's (a pooled sandbox
+	// handed out under lower limits).
+	lower(l Limits) error
 	// destroy removes the cgroup; it must be empty.
 	destroy() error
 	// freeze stops (true) or restarts every process in the cgroup, and
@@ -245,6 +248,11 @@ func (c *Cgroup) Enter(attr *syscall.SysProcAttr) (tasks []*os.File, release fun
 
 // Stats reads what the sandbox consumed so far.
 func (c *Cgroup) Stats() (Stats, error) { return c.g.stats() }
+
+// Lower sets l's limits, each no higher than the cgroup's own: a sandbox
+// of a pool, handed out under a request's lower limits. Memory in use
+// beyond the new limit is reclaimed, or the write fails.
+func (c *Cgroup) Lower(l Limits) error { return c.g.lower(l) }
 
 // Freeze stops every process in the cgroup (true) or restarts them, and
 // returns once the kernel says it is done.

@@ -49,6 +49,26 @@ func newV1(t *tree, name string, l Limits, live bool) (impl, error) {
 	return g, nil
 }
 
+func (g cgroupV1) lower(l Limits) error {
+	quota, _ := cpuQuota(l)
+	mem := strconv.FormatInt(l.MemoryBytes, 10)
+	// Lowering, memsw after the memory limit: it may never be below it.
+	for _, w := range [][3]string{
+		{"memory", "memory.limit_in_bytes", mem},
+		{"memory", "memory.memsw.limit_in_bytes", mem},
+		{"pids", "pids.max", strconv.FormatInt(l.Pids, 10)},
+		{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)},
+	} {
+		if !slices.Contains(g.controllers, w[0]) {
+			continue
+		}
+		if err := writeFile(g.dir(w[0]), w[1], w[2]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (g cgroupV1) dir(controller string) string {
 	return filepath.Join(g.t.root, controller, g.name)
 }

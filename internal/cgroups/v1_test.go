@@ -304,3 +304,24 @@ func TestV1SweepOrphans(t *testing.T) {
 		t.Errorf("a sweep killed %v", f.killedPids())
 	}
 }
+
+// Lower writes the lower limits where the cgroup has them (memsw after
+// the memory limit: never below it).
+func TestV1Lower(t *testing.T) {
+	f := fakeV1(t, hostV1...)
+	c := newTestCgroup(t, f, true)
+	if err := c.Lower(Limits{MemoryBytes: 128 << 20, Pids: 40, CPUs: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"memory/" + name + "/memory.limit_in_bytes":       "134217728",
+		"memory/" + name + "/memory.memsw.limit_in_bytes": "134217728",
+		"pids/" + name + "/pids.max":                      "40",
+		"cpu,cpuacct/" + name + "/cpu.cfs_quota_us":       "25000",
+		"cpu,cpuacct/" + name + "/cpu.cfs_period_us":      "100000",
+	} {
+		if got := f.read(file); got != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+}

@@ -36,6 +36,20 @@ func newV2(t *tree, dir string, l Limits) (impl, error) {
 	return g, nil
 }
 
+func (g cgroupV2) lower(l Limits) error {
+	quota, period := cpuQuota(l)
+	for _, kv := range [][2]string{
+		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
+		{"pids.max", strconv.FormatInt(l.Pids, 10)},
+		{"cpu.max", fmt.Sprintf("%d %d", quota, period)},
+	} {
+		if err := writeFile(g.dir, kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (g cgroupV2) create(limits [][2]string) error {
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return fmt.Errorf("create cgroup: %w", err)

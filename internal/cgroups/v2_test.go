@@ -191,3 +191,18 @@ func TestV2SweepOrphans(t *testing.T) {
 		}
 	}
 }
+
+func TestV2Lower(t *testing.T) {
+	f := fakeV2(t)
+	c := newTestCgroup(t, f, true)
+	if err := c.Lower(Limits{MemoryBytes: 128 << 20, Pids: 40, CPUs: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"memory.max": "134217728", "memory.swap.max": "0", "pids.max": "40", "cpu.max": "25000 100000",
+	} {
+		if got := f.read(name + "/" + file); got != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+}

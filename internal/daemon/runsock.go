@@ -154,12 +154,10 @@ func direct(c net.Conn, why string) {
 // claim takes a sandbox of the pool of the host's view for req, or says
 // why there is none to take: nothing is started for a run.
 func (s *runServer) claim(req *runsock.Request) (*sandbox.Sandbox, string) {
-	name, pol, ok := s.m.RunTemplate(req.Backend)
+	name, _, ok := s.m.RunTemplate(req.Backend)
 	switch {
 	case !ok:
 		return nil, "the daemon pools no sandbox of the host's view on " + req.Backend
-	case req.MemoryBytes != pol.MemoryBytes || req.Pids != pol.Pids || req.CPUs != pol.CPUs || req.DiskBytes != pol.DiskBytes:
-		return nil, "limits other than the pool's"
 	case len(req.Argv) == 0 || req.Timeout <= 0 || req.OutputLimit < 0:
 		return nil, "a request without a command or a time limit"
 	case s.sealed && req.Network.Mode != policy.NetNone:
@@ -171,6 +169,9 @@ func (s *runServer) claim(req *runsock.Request) (*sandbox.Sandbox, string) {
 	// here kills it first, and the manager's is the backstop.
 	sb, err := s.m.Create(ctx, sandbox.CreateRequest{
 		TemplateID: name, TTL: req.Timeout + 30*time.Second, PoolOnly: true, Network: req.Network,
+		// Lower ones are applied to the claimed sandbox; higher ones, or
+		// a backend that cannot, are declined.
+		Limits:   sandbox.Limits{MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes},
 		ClientID: "airlock-run", Metadata: map[string]string{"airlock-run": "1"},
 	})
 	if err != nil {
@@ -251,7 +252,7 @@ func (s *runServer) execute(ctx context.Context, c *net.UnixConn, sb *sandbox.Sa
 	})
 	defer timer.Stop()
 	agent := &agentproto.Client{Transport: sb.Transport()}
-	stream, err := agent.Run(ctx, agentproto.RunRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Umask: req.Umask, Stdin: req.Stdin}, stdinR)
+	stream, err := agent.Run(ctx, agentproto.RunRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Umask: req.Umask, Stdin: req.Stdin, Pids: req.Pids, FileSize: req.DiskBytes}, stdinR)
 	if err != nil {
 		s.log.Warn("airlock run: agent", "sandbox", sb.ID, "err", err)
 		return &runsock.Result{SetupError: "the pooled sandbox's agent did not start the command"}

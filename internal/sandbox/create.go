@@ -143,11 +143,21 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		return nil, err
 	}
 	id := newSandboxID(m.cfg.IDPrefix)
-	// The pool holds sandboxes of the template's own backend and limits.
-	poolable := be == m.backendOf(tmpl) && !custom
+	// The pool holds sandboxes of the template's own backend and limits;
+	// a pool-only create takes one under lower limits too, lowered now.
+	poolable := be == m.backendOf(tmpl) && (!custom || req.PoolOnly)
 	inst, netAtt, pooled, err := m.box(ctx, be, tmpl, pol, id, p, poolable, req.PoolOnly)
 	if err != nil {
 		return nil, err
+	}
+	if pooled && custom {
+		if err := lower(inst, pol); err != nil {
+			m.discard(inst)
+			if req.PoolOnly {
+				p.kick()
+			}
+			return nil, err
+		}
 	}
 	sb := m.newSandbox(ctx, id, req, pol, be, inst, netAtt)
 	if req.PoolOnly {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
@@ -63,4 +64,21 @@ func (s *Sandbox) PlaceCode(files []backend.File) error {
 		return ErrNoCodeFiles
 	}
 	return p.PlaceCode(files)
+}
+
+// ErrNoLowering: the sandbox's backend cannot lower the limits of a box
+// already running (gVisor's memory and file systems are sized at its
+// start).
+var ErrNoLowering = errors.New("lowering a pooled sandbox's limits is not supported by its backend")
+
+// lower gives a claimed box pol's limits, lower than its template's.
+func lower(inst Instance, pol policy.Policy) error {
+	l, ok := bare(inst).(backend.Lowerer)
+	if !ok {
+		return ErrNoLowering
+	}
+	if err := l.Lower(pol); err != nil {
+		return fmt.Errorf("lower the pooled sandbox's limits: %w", err)
+	}
+	return nil
 }

@@ -125,7 +125,7 @@ func (s *Service) startOnce(req *agentproto.RunRequest) (*exec.Cmd, *os.File, []
 	}
 	umaskMu.Lock()
 	old := unix.Umask(int(req.Umask))
-	err = tasks.Start(cmd)
+	err = tasks.StartWithin(cmd, req.Pids, req.FileSize)
 	unix.Umask(old)
 	umaskMu.Unlock()
 	if err != nil {

@@ -39,13 +39,38 @@ var (
 // sandbox alive through runaway code, and is no defence against code that
 // means to end its own sandbox. Where the agent has no reserve (no limit,
 // or one too small, as outside a sandbox), cmd starts as it is.
-func Start(cmd *exec.Cmd) error {
+func Start(cmd *exec.Cmd) error { return StartWithin(cmd, 0, 0) }
+
+// StartWithin is Start with the soft RLIMIT_NPROC at most nproc and
+// RLIMIT_FSIZE at most fsize (0: unchanged), for a command under lower
+// limits than the sandbox's (airlock run's, in a pooled sandbox). The
+// file size limit too is lowered in the agent for the moment of the fork
+// only: the child inherits it before it runs an instruction of its own.
+func StartWithin(cmd *exec.Cmd, nproc, fsize int64) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if fsize > 0 {
+		var was unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &was); err != nil {
+			return err
+		}
+		if uint64(fsize) < was.Cur {
+			lower := unix.Rlimit{Cur: uint64(fsize), Max: was.Max}
+			if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lower); err != nil {
+				return err
+			}
+			// Back up to what it was: at most the hard limit, which
+			// did not change.
+			defer unix.Setrlimit(unix.RLIMIT_FSIZE, &was)
+		}
+	}
 	if own.Cur == unix.RLIM_INFINITY || own.Cur <= 2*agentproto.AgentTasks {
 		return cmd.Start()
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	lower := unix.Rlimit{Cur: own.Cur - agentproto.AgentTasks, Max: own.Max}
+	if nproc > 0 && uint64(nproc) < lower.Cur {
+		lower.Cur = uint64(nproc)
+	}
 	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lower); err != nil {
 		return err
 	}

@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/ocilayer"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -23,12 +25,16 @@ import (
 type agentSandbox struct {
 	*Sandbox
 	socket string
+	// hostView: its root is one tmpfs (not an image's overlay), which
+	// Lower resizes.
+	hostView bool
 }
 
 var (
 	_ backend.Instance     = (*agentSandbox)(nil)
 	_ backend.RootExporter = (*agentSandbox)(nil)
 	_ backend.CodePlacer   = (*agentSandbox)(nil)
+	_ backend.Lowerer      = (*agentSandbox)(nil)
 )
 
 // Start starts a sandbox running the agent. The daemon creates the
@@ -83,7 +89,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 		os.Remove(sock)
 		return nil, err
 	}
-	return &agentSandbox{Sandbox: sb, socket: sock}, nil
+	return &agentSandbox{Sandbox: sb, socket: sock, hostView: len(p.RootLayers) == 0}, nil
 }
 
 // selfMounts are where a sandbox of p has the airlock binary: its agent,
@@ -204,4 +210,41 @@ func writeNew(dir int, f backend.File, resolve uint64) error {
 		return err
 	}
 	return file.Chmod(0o444) // whatever the daemon's umask
+}
+
+// Lower gives the sandbox p's lower limits: its cgroup's, with the
+// agent's reserve of tasks as at its start, and its root tmpfs's size and
+// inodes (the disk limit, bounded by memory), reconfigured through init's
+// root (the daemon's unreaped child), which nothing of a client's has
+// touched yet. An image's root (an overlay) is not resized: refused.
+func (s *agentSandbox) Lower(p policy.Policy) error {
+	if !s.hostView {
+		return errors.New("the limits of a sandbox of an image cannot be lowered")
+	}
+	l := cgroups.Limits{MemoryBytes: p.MemoryBytes, Pids: p.Pids + agentproto.AgentTasks, CPUs: p.CPUs}
+	if err := s.cg.Lower(l); err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.ID, err)
+	}
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox root: %w", err)
+	}
+	defer unix.Close(root)
+	fs, err := unix.Fspick(root, "", unix.FSPICK_EMPTY_PATH|unix.FSPICK_CLOEXEC|unix.FSPICK_SYMLINK_NOFOLLOW|unix.FSPICK_NO_AUTOMOUNT)
+	if err != nil {
+		return fmt.Errorf("sandbox root: %w", err)
+	}
+	defer unix.Close(fs)
+	for _, kv := range [][2]string{
+		{"size", strconv.FormatInt(p.WritableBytes(), 10)},
+		{"nr_inodes", strconv.FormatInt(p.WritableInodes(), 10)},
+	} {
+		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
+			return fmt.Errorf("sandbox root %s: %w", kv[0], err)
+		}
+	}
+	if err := unix.FsconfigReconfigure(fs); err != nil {
+		return fmt.Errorf("sandbox root: %w", err)
+	}
+	return nil
 }
