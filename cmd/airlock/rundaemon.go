@@ -40,6 +40,13 @@ func (f *runFlags) viaDaemon(ctx context.Context, spec *backend.Spec) (*backend.
 	if err != nil {
 		return decline(err.Error())
 	}
+	// The command, its environment, stdin and code go only to a daemon
+	// of root's: a state directory others can write could hold anyone's
+	// socket.
+	if !runsock.PeerIsRoot(c) {
+		c.Close()
+		return decline("the socket in the state directory is not root's daemon's")
+	}
 	// Once the result is in, the connection is left to the process's
 	// exit to close: the daemon tears the sandbox down when it closes,
 	// and that work should not compete with airlock's own exit.

@@ -153,6 +153,10 @@ func TestRunThroughDaemonEnds(t *testing.T) {
 	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
 		t.Fatalf("the command did not start: %q", line)
 	}
+	// The run's sandbox is its alone: the API's clients do not find it.
+	if _, body := s.do(t, "GET", "/v2/sandboxes", nil, map[string]string{"X-API-KEY": s.key}); strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("the API lists the run's sandbox: %s", body)
+	}
 	cmd.Process.Signal(os.Interrupt)
 	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 130 || stderr.String() != "airlock: interrupted; sandbox killed\n" {
@@ -261,5 +265,39 @@ func TestRunThroughDaemonNetwork(t *testing.T) {
 	defer sealed.stop(t)
 	if r := airlock(t, "", "run", "--daemon", "always", "--state-dir", sealed.stateDir, "--net", "internet", "--", "/bin/true"); r.code != 2 || !strings.Contains(r.stderr, "sealed") {
 		t.Errorf("a sealed server: exit %d %q, want the run declined", r.code, r.stderr)
+	}
+}
+
+// TestRunThroughDaemonHangUp: a client interrupted while it sends stdin
+// that the command never reads is seen gone, and its sandbox ends.
+func TestRunThroughDaemonHangUp(t *testing.T) {
+	s := startRunServer(t)
+	defer s.stop(t)
+	cmd := exec.Command(airlockBin, "run", "--daemon", "always", "--stdin", "--state-dir", s.stateDir, "--", "/bin/sh", "-c", "echo ready; sleep 60")
+	cmd.Stdin = strings.NewReader(strings.Repeat("y\n", 16<<20)) // 32 MiB, never read
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the command did not start: %q", line)
+	}
+	time.Sleep(500 * time.Millisecond) // the stdin queue fills
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("interrupted: exit %d, want 130", code)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, body := s.do(t, "GET", "/metrics", nil, map[string]string{"X-API-KEY": s.key})
+		if !strings.Contains(string(body), `airlock_sandboxes_running{template="base"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the interrupted run's sandbox still runs")
+		}
 	}
 }

@@ -71,9 +71,15 @@ func listenRun(dir string, m *sandbox.Manager, sealed bool, log *slog.Logger) (*
 		lock.Close()
 		return nil, fmt.Errorf("run socket: %w", err)
 	}
-	old := unix.Umask(0o177) // bound as 0600, with no moment of more
+	// Bound, then made 0600: the state directory (0700) keeps others out
+	// meanwhile. (A umask would be the whole process's, pool fillers'
+	// forks included.)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
-	unix.Umask(old)
+	if err == nil {
+		if err = os.Chmod(addr, 0o600); err != nil {
+			ln.Close()
+		}
+	}
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("run socket: %w", err)
@@ -134,7 +140,7 @@ func (s *runServer) handle(c *net.UnixConn) {
 		direct(c, why)
 		return
 	}
-	defer s.m.Kill(sb.ID)
+	defer s.m.End(sb)
 	if agentproto.WriteFrame(c, runsock.FrameClaimed, nil) != nil {
 		return
 	}
@@ -171,17 +177,18 @@ func (s *runServer) claim(req *runsock.Request) (*sandbox.Sandbox, string) {
 		TemplateID: name, TTL: req.Timeout + 30*time.Second, PoolOnly: true, Network: req.Network,
 		// Lower ones are applied to the claimed sandbox; higher ones, or
 		// a backend that cannot, are declined.
-		Limits:   sandbox.Limits{MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes},
-		ClientID: "airlock-run", Metadata: map[string]string{"airlock-run": "1"},
+		Limits: sandbox.Limits{MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes},
+		// The run's alone: no client of the API finds it.
+		Private: true, ClientID: "airlock-run",
 	})
 	if err != nil {
-		return nil, err.Error()
+		return nil, declined(err, s.log)
 	}
 	// Nothing of the client has run in it: its code files go in now, as
 	// a sandbox built for the run has them before its command starts.
 	if len(req.Files) > 0 {
 		if err := sb.PlaceCode(req.Files); err != nil {
-			s.m.Kill(sb.ID)
+			s.m.End(sb)
 			if errors.Is(err, sandbox.ErrNoCodeFiles) {
 				return nil, err.Error()
 			}
@@ -190,6 +197,20 @@ func (s *runServer) claim(req *runsock.Request) (*sandbox.Sandbox, string) {
 		}
 	}
 	return sb, ""
+}
+
+// declined is why a claim failed, in words for the client: the
+// manager's refusals as they are, anything else (which may name host
+// paths) logged.
+func declined(err error, log *slog.Logger) string {
+	for _, public := range []error{sandbox.ErrPoolEmpty, sandbox.ErrInvalid, sandbox.ErrTooMany,
+		sandbox.ErrShuttingDown, sandbox.ErrNoLowering} {
+		if errors.Is(err, public) {
+			return err.Error()
+		}
+	}
+	log.Warn("airlock run: claim", "err", err)
+	return "the daemon could not prepare a pooled sandbox (its log says why)"
 }
 
 // run runs req's command in sb, relaying its output and stdin over c,
@@ -218,25 +239,48 @@ const hangUpWait = time.Second
 func (s *runServer) execute(ctx context.Context, c *net.UnixConn, sb *sandbox.Sandbox, req *runsock.Request, cancel func()) *runsock.Result {
 	before := sb.CountersAtStart()
 	// Reading the client: its stdin, and its end, which kills the
-	// sandbox (as the direct path's sandbox dies with airlock run).
+	// sandbox (as the direct path's sandbox dies with airlock run). The
+	// stdin it sends goes to the agent from a goroutine of its own,
+	// through a bounded queue: a command that does not read its stdin
+	// holds that one up, never the watch for the client's end.
 	stdinR, stdinW := io.Pipe()
-	go func() {
-		defer cancel()
+	// Once the run is over, a stdin write still waiting fails.
+	defer stdinR.CloseWithError(io.ErrClosedPipe)
+	queue := make(chan []byte, 16)
+	s.wg.Go(func() {
 		defer stdinW.Close()
+		for data := range queue {
+			if data == nil {
+				stdinW.Close()
+				continue
+			}
+			if _, err := stdinW.Write(data); err != nil {
+				for range queue { // drained until the reader ends
+				}
+				return
+			}
+		}
+	})
+	s.wg.Go(func() { s.watchHangUp(ctx, c, sb) })
+	s.wg.Go(func() {
+		defer cancel()
+		defer close(queue)
+		eof := false
 		for {
 			typ, data, err := agentproto.ReadFrame(c, agentproto.MaxFrame)
 			if err != nil {
-				s.m.Kill(sb.ID)
+				s.m.End(sb)
 				return
 			}
-			switch typ {
-			case agentproto.FrameStdin:
-				stdinW.Write(data)
-			case agentproto.FrameStdinEnd:
-				stdinW.Close()
+			switch {
+			case typ == agentproto.FrameStdin && !eof:
+				queue <- data
+			case typ == agentproto.FrameStdinEnd && !eof:
+				eof = true
+				queue <- nil // the end: the writer closes stdin
 			}
 		}
-	}()
+	})
 	// The host's timer, from before the agent is asked to start the
 	// command: code in the sandbox can kill its agent, and an agent that
 	// never answers must not hold the run open either.
@@ -248,7 +292,7 @@ func (s *runServer) execute(ctx context.Context, c *net.UnixConn, sb *sandbox.Sa
 		mu.Lock()
 		timedOut = true
 		mu.Unlock()
-		s.m.Kill(sb.ID)
+		s.m.End(sb)
 	})
 	defer timer.Stop()
 	agent := &agentproto.Client{Transport: sb.Transport()}
@@ -316,6 +360,40 @@ read:
 	res.OOMKilled = !res.TimedOut && res.Signal == "SIGKILL" && after.OOMKills > before.OOMKills
 	return &res
 }
+
+// watchHangUp ends sb once the client hung up, until ctx ends: the
+// reader of the client sees its end too, unless it waits for a command
+// that does not read its stdin; the kernel says so while data is unread
+// (POLLRDHUP), checked every hangUpPoll.
+func (s *runServer) watchHangUp(ctx context.Context, c *net.UnixConn, sb *sandbox.Sandbox) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(hangUpPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		hup := false
+		raw.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+			if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+				hup = fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+			}
+		})
+		if hup {
+			s.m.End(sb)
+			return
+		}
+	}
+}
+
+// hangUpPoll is how often watchHangUp asks.
+const hangUpPoll = 250 * time.Millisecond
 
 // frameWriter writes each Write as one frame of its type.
 type frameWriter struct {

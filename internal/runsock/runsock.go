@@ -119,7 +119,8 @@ func Dial(dir string) (*net.UnixConn, error) {
 }
 
 // PeerIsRoot reports whether the process at the other end of c runs as
-// root, as the kernel saw it when it connected.
+// root, as the kernel saw it when it connected (for a client) or bound
+// the socket (for a server).
 func PeerIsRoot(c *net.UnixConn) bool {
 	raw, err := c.SyscallConn()
 	if err != nil {

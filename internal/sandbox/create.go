@@ -38,6 +38,10 @@ type CreateRequest struct {
 	// never one started for the request: airlock run asks so, and runs
 	// its command itself where the pool is empty.
 	PoolOnly bool
+	// Private: the sandbox is its creator's alone. No client of the API
+	// finds it (Get, List, All answer as if it did not exist), so none
+	// gets its tokens; its creator ends it with End.
+	Private bool
 }
 
 // Limits are the resource limits a create request may ask for. A zero
@@ -160,6 +164,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 		}
 	}
 	sb := m.newSandbox(ctx, id, req, pol, be, inst, netAtt)
+	sb.private = req.Private
 	if req.PoolOnly {
 		// Its pool refills when it ends, or now if it is not handed out.
 		sb.refill = p

@@ -45,7 +45,7 @@ func (m *Manager) Get(id string) (*Sandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sb, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || sb.private {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return sb, nil
@@ -58,7 +58,9 @@ func (m *Manager) All() []*Sandbox {
 	defer m.mu.Unlock()
 	out := make([]*Sandbox, 0, len(m.sandboxes))
 	for _, sb := range m.sandboxes {
-		out = append(out, sb)
+		if !sb.private {
+			out = append(out, sb)
+		}
 	}
 	return out
 }
@@ -70,7 +72,7 @@ func (m *Manager) List(filter map[string]string) []*Sandbox {
 	defer m.mu.Unlock()
 	var out []*Sandbox
 	for _, sb := range m.sandboxes {
-		match := true
+		match := !sb.private
 		for k, v := range filter {
 			if sb.Metadata[k] != v {
 				match = false
@@ -89,6 +91,9 @@ func (m *Manager) List(filter map[string]string) []*Sandbox {
 	})
 	return out
 }
+
+// End ends sb now: how the creator of a private sandbox ends it.
+func (m *Manager) End(sb *Sandbox) { m.remove(sb, "killed") }
 
 // Kill ends the sandbox with id now.
 func (m *Manager) Kill(id string) error {

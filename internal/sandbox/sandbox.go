@@ -66,6 +66,8 @@ type Sandbox struct {
 	history []Sample // the sampler's, oldest first
 	// log is its log for its client (log.go), with a lock of its own.
 	log eventLog
+	// private: found by no client of the API (CreateRequest.Private).
+	private bool
 	// atStart is what its box had counted when it was handed out.
 	atStart backend.Usage
 	// refill, if set, is the pool it was claimed from, which refills

@@ -18,10 +18,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 )
 
-// umaskMu serializes one-shot starts around the umask, the process's own,
-// which the child inherits at the fork.
-var umaskMu sync.Mutex
-
 // RunOnce serves agentproto.RunPath: airlock run's command in a sandbox
 // the daemon took from its pool, which it discards after. It runs as the
 // direct path runs it: the environment and working directory as sent, a
@@ -123,11 +119,7 @@ func (s *Service) startOnce(req *agentproto.RunRequest) (*exec.Cmd, *os.File, []
 		*set = w
 		outputs, childEnds = append(outputs, r), append(childEnds, w)
 	}
-	umaskMu.Lock()
-	old := unix.Umask(int(req.Umask))
-	err = tasks.StartWithin(cmd, req.Pids, req.FileSize)
-	unix.Umask(old)
-	umaskMu.Unlock()
+	err = tasks.StartWithin(cmd, tasks.Child{Nproc: req.Pids, FileSize: req.FileSize, Umask: &req.Umask})
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", req.Argv[0], errors.Unwrap(err)))
 	}

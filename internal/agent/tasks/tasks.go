@@ -39,16 +39,32 @@ var (
 // sandbox alive through runaway code, and is no defence against code that
 // means to end its own sandbox. Where the agent has no reserve (no limit,
 // or one too small, as outside a sandbox), cmd starts as it is.
-func Start(cmd *exec.Cmd) error { return StartWithin(cmd, 0, 0) }
+func Start(cmd *exec.Cmd) error { return StartWithin(cmd, Child{}) }
 
-// StartWithin is Start with the soft RLIMIT_NPROC at most nproc and
-// RLIMIT_FSIZE at most fsize (0: unchanged), for a command under lower
-// limits than the sandbox's (airlock run's, in a pooled sandbox). The
-// file size limit too is lowered in the agent for the moment of the fork
-// only: the child inherits it before it runs an instruction of its own.
-func StartWithin(cmd *exec.Cmd, nproc, fsize int64) error {
+// Child is what a command started by StartWithin gets other than Start's:
+// zero fields leave Start's.
+type Child struct {
+	// Nproc and FileSize lower its soft RLIMIT_NPROC and RLIMIT_FSIZE.
+	Nproc, FileSize int64
+	// Umask, if set, is its umask.
+	Umask *uint32
+}
+
+// StartWithin is Start with c's lower soft limits and umask, for a
+// command under lower limits than the sandbox's (airlock run's, in a
+// pooled sandbox). They too are the agent's own for the moment of the
+// fork only, under the lock every start takes: the child inherits them
+// before it runs an instruction of its own. Only the soft limits are
+// lowered: the command may raise them up to the sandbox's hard ones,
+// its cgroup's pids limit and its file system's size the bounds.
+func StartWithin(cmd *exec.Cmd, c Child) error {
 	mu.Lock()
 	defer mu.Unlock()
+	if c.Umask != nil {
+		old := unix.Umask(int(*c.Umask))
+		defer unix.Umask(old)
+	}
+	nproc, fsize := c.Nproc, c.FileSize
 	if fsize > 0 {
 		var was unix.Rlimit
 		if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &was); err != nil {

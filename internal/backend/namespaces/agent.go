@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
@@ -154,25 +155,37 @@ func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
 	return backend.Usage{Memory: st.Memory, Cache: st.Cache, CPU: st.CPU, MaxMemory: st.MaxMemory, OOMKills: st.OOMKills}, nil
 }
 
+// initRoot opens the root of the sandbox's init, O_PATH. Init is reaped
+// in the background, so its pid could be another process's by now: the
+// root is opened by pid first, and init checked to be alive after,
+// through its pidfd (os.Process signals through it), which names init
+// alone. Alive after the open, it was init's root that was opened.
+func (s *agentSandbox) initRoot() (int, error) {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("sandbox root: %w", err)
+	}
+	if err := s.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		unix.Close(root)
+		return -1, fmt.Errorf("sandbox init: %w", err)
+	}
+	return root, nil
+}
+
 // PlaceCode writes airlock run's code files into the sandbox's
 // layout.CodeDir, as its init writes them into a sandbox built for the
 // run: read-only, owned by the sandbox's root. The daemon is host root
 // and the directory is the sandbox's, so nothing of it is followed: the
-// root is init's (the daemon's unreaped child: its pid is not reused),
+// root is init's (initRoot),
 // CodeDir and each file are opened beneath it with no symlink or magic
 // link resolved, and each file is created, never opened if it exists.
 func (s *agentSandbox) PlaceCode(files []backend.File) error {
 	if err := backend.CheckFileNames(files); err != nil {
 		return err
 	}
-	select {
-	case <-s.done:
-		return errors.New("the sandbox has ended")
-	default:
-	}
-	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := s.initRoot()
 	if err != nil {
-		return fmt.Errorf("sandbox root: %w", err)
+		return err
 	}
 	defer unix.Close(root)
 	beneath := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS)
@@ -215,8 +228,7 @@ func writeNew(dir int, f backend.File, resolve uint64) error {
 // Lower gives the sandbox p's lower limits: its cgroup's, with the
 // agent's reserve of tasks as at its start, and its root tmpfs's size and
 // inodes (the disk limit, bounded by memory), reconfigured through init's
-// root (the daemon's unreaped child), which nothing of a client's has
-// touched yet. An image's root (an overlay) is not resized: refused.
+// root (initRoot), which nothing of a client's has touched yet. An image's root (an overlay) is not resized: refused.
 func (s *agentSandbox) Lower(p policy.Policy) error {
 	if !s.hostView {
 		return errors.New("the limits of a sandbox of an image cannot be lowered")
@@ -225,9 +237,9 @@ func (s *agentSandbox) Lower(p policy.Policy) error {
 	if err := s.cg.Lower(l); err != nil {
 		return fmt.Errorf("sandbox %s: %w", s.ID, err)
 	}
-	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := s.initRoot()
 	if err != nil {
-		return fmt.Errorf("sandbox root: %w", err)
+		return err
 	}
 	defer unix.Close(root)
 	fs, err := unix.Fspick(root, "", unix.FSPICK_EMPTY_PATH|unix.FSPICK_CLOEXEC|unix.FSPICK_SYMLINK_NOFOLLOW|unix.FSPICK_NO_AUTOMOUNT)
