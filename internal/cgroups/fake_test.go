@@ -2,6 +2,7 @@ package cgroups
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,17 @@ func fakeV2(t *testing.T) *fakeFS {
 var hostV1 = []string{"memory", "pids", "cpu,cpuacct", "freezer", "blkio", "devices"}
 
 func (f *fakeFS) path(rel string) string { return filepath.Join(f.root, rel) }
+
+// rewritable makes the files the cgroup wrote (mode 0, as the kernel's
+// are to no one but root) writable again by the test's user.
+func (f *fakeFS) rewritable() {
+	filepath.WalkDir(f.root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() { // not cpu, a link to cpu,cpuacct
+			os.Chmod(path, 0o644)
+		}
+		return nil
+	})
+}
 
 // read returns a file the package wrote (with mode 0, as cgroupfs never
 // minds: readable here for a test that is not root).

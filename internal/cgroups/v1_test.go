@@ -310,6 +310,7 @@ func TestV1SweepOrphans(t *testing.T) {
 func TestV1Lower(t *testing.T) {
 	f := fakeV1(t, hostV1...)
 	c := newTestCgroup(t, f, true)
+	f.rewritable()
 	if err := c.Lower(Limits{MemoryBytes: 128 << 20, Pids: 40, CPUs: 0.25}); err != nil {
 		t.Fatal(err)
 	}

@@ -195,6 +195,7 @@ func TestV2SweepOrphans(t *testing.T) {
 func TestV2Lower(t *testing.T) {
 	f := fakeV2(t)
 	c := newTestCgroup(t, f, true)
+	f.rewritable()
 	if err := c.Lower(Limits{MemoryBytes: 128 << 20, Pids: 40, CPUs: 0.25}); err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,10 @@ func reportBuild(t *testing.T, c *fakeDynamic, rt *testRouter, nodeName string, 
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
+		// Seen once the router's view has these reports (a node that
+		// reported before has as many already).
 		for _, n := range rt.nodes.live() {
-			if n.Name == nodeName && len(n.Templates) == len(builds) {
+			if n.Name == nodeName && len(n.Templates) == len(builds) && sameBuilds(n.Templates, builds) {
 				return
 			}
 		}
@@ -64,6 +66,15 @@ func reportBuild(t *testing.T, c *fakeDynamic, rt *testRouter, nodeName string, 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func sameBuilds(got map[string]TemplateStatus, want []TemplateStatus) bool {
+	for _, w := range want {
+		if g, ok := got[w.Name]; !ok || g.Phase != w.Phase || g.BuildID != w.BuildID {
+			return false
+		}
+	}
+	return true
 }
 
 // TestRouterBuilds: a build through the router is an AirlockTemplate,
