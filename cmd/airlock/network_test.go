@@ -131,6 +131,20 @@ for name, port in [("allowed.test", 80), ("denied.test", 80), ("203.0.113.20", 7
         print(name, "refused")
 `
 
+// netCases are netProbe's results under each network of airlock run's
+// flags (none: loopback only).
+var netCases = []struct {
+	flags []string
+	want  string
+}{
+	{[]string{"--net", "internet"}, "allowed.test ok|denied.test ok|203.0.113.20 ok|198.51.100.7 ok|10.99.0.5 refused"},
+	{[]string{"--allow-out", "allowed.test", "--allow-out", "198.51.100.0/24"},
+		"allowed.test ok|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
+	{[]string{"--net", "internet", "--deny-out", "denied.test", "--deny-out", "203.0.113.0/24"},
+		"allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
+	{nil, "allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 refused|10.99.0.5 refused"},
+}
+
 func TestRunNetwork(t *testing.T) {
 	lab := newLab(t)
 	dns := nettest.DNSAddr.String()
@@ -141,17 +155,7 @@ func TestRunNetwork(t *testing.T) {
 					t.Skip("no runsc (make test builds it)")
 				}
 			}
-			for _, tc := range []struct {
-				flags []string
-				want  string
-			}{
-				{[]string{"--net", "internet"}, "allowed.test ok|denied.test ok|203.0.113.20 ok|198.51.100.7 ok|10.99.0.5 refused"},
-				{[]string{"--allow-out", "allowed.test", "--allow-out", "198.51.100.0/24"},
-					"allowed.test ok|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
-				{[]string{"--net", "internet", "--deny-out", "denied.test", "--deny-out", "203.0.113.0/24"},
-					"allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 ok|10.99.0.5 refused"},
-				{nil, "allowed.test refused|denied.test refused|203.0.113.20 refused|198.51.100.7 refused|10.99.0.5 refused"},
-			} {
+			for _, tc := range netCases {
 				args := append([]string{"run", "--backend", backend, "--dns", dns}, tc.flags...)
 				if len(tc.flags) == 0 {
 					args = []string{"run", "--backend", backend}
