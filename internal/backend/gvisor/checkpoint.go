@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,16 +61,25 @@ func (s *agentSandbox) Checkpoint(ctx context.Context) (string, error) {
 		s.resumeAgent()
 		return "", err
 	}
-	if err := s.checkpoint(dir); err != nil {
-		// A failed save leaves the sandbox running (unless the stamp
-		// failed after runsc ended it: then Wait removes it all).
+	if err := s.save(dir); err != nil {
+		// A failed save leaves the sandbox running.
 		os.RemoveAll(dir)
 		s.resumeAgent()
 		return "", err
 	}
 	// runsc run ends with the sandbox; what ran it goes, what restores it
-	// stays.
+	// stays. It is stamped once the sandbox has ended, so that nothing of
+	// it can write there after: a stamp taken as runsc checkpoint
+	// returned was, once in a hundred pauses here, not what the files
+	// were at the restore ("its files are not those that were saved").
+	early, _ := s.be.stampLines(dir)
 	<-s.done
+	if late, err := s.be.stampLines(dir); err == nil && !slices.Equal(early, late) {
+		s.log.Warn("gvisor: the saved files changed after runsc checkpoint returned", "sandbox", s.b.id, "then", early, "now", late)
+	}
+	if err := s.be.writeStamp(dir); err != nil {
+		return "", err // the sandbox has ended: Wait removes it all
+	}
 	if err := os.WriteFile(filepath.Join(s.b.dir, savedMarker), nil, 0o600); err != nil {
 		return "", err
 	}
@@ -256,11 +266,19 @@ func firstLine(b []byte) string {
 }
 
 // checkpoint saves the sandbox into dir with runsc's flags and stamps
-// what runsc wrote.
+// what runsc wrote (a copy of a sandbox that runs on).
 func (s *agentSandbox) checkpoint(dir string, flags ...string) error {
+	if err := s.save(dir, flags...); err != nil {
+		return err
+	}
+	return s.be.writeStamp(dir)
+}
+
+// save has runsc save the sandbox into dir with its flags.
+func (s *agentSandbox) save(dir string, flags ...string) error {
 	args := append(append([]string{"checkpoint"}, flags...), "--image-path", dir, s.b.id)
 	if out, err := s.b.runsc(s.runsc, nil, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("runsc checkpoint: %v: %s", err, firstLine(out))
 	}
-	return s.be.writeStamp(dir)
+	return nil
 }
