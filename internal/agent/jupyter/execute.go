@@ -74,9 +74,13 @@ func (k *Kernel) execute(ctx context.Context, code string, silent bool, emit fun
 			drained = true
 		}
 	}
+	// stop_on_error false: cells go one at a time, so there is no queue
+	// to stop, and ipykernel aborts whatever reaches it just after an
+	// error's reply: a cell sent at once after a failed one (as agents
+	// do) would come back "aborted" without having run.
 	id, err := k.send(k.shell, "execute_request", map[string]any{
 		"code": code, "silent": silent, "store_history": !silent,
-		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true,
+		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": false,
 	})
 	if err != nil {
 		return err

@@ -127,3 +127,34 @@ func TestRealKernel(t *testing.T) {
 		t.Errorf("the kernel's directory after Kill: %v", err)
 	}
 }
+
+// TestCellAfterErrorRuns: a cell sent at once after a failed one runs,
+// every time: ipykernel aborts what reaches it just after an error's
+// reply unless cells are sent with stop_on_error false.
+func TestCellAfterErrorRuns(t *testing.T) {
+	spec, err := FindSpec("python3", "python")
+	if err != nil {
+		t.Skip("no Python kernel is installed (make deps installs it)")
+	}
+	k, err := Start(t.Context(), spec, Options{Cwd: t.TempDir(), Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Kill()
+	for i := range 30 {
+		if err := k.Execute(t.Context(), "1 / 0", func(Output) {}); err != nil {
+			t.Fatal(err)
+		}
+		status := ""
+		err := k.Execute(t.Context(), "1 + 1", func(o Output) {
+			if o.Type == "execute_reply" {
+				var c struct{ Status string }
+				json.Unmarshal(o.Content, &c)
+				status = c.Status
+			}
+		})
+		if err != nil || status != "ok" {
+			t.Fatalf("cell %d after an error: status %q, %v", i, status, err)
+		}
+	}
+}
