@@ -73,7 +73,9 @@ func TestFreePorts(t *testing.T) {
 
 // TestRealKernel: Python's kernel, where it is installed: it starts,
 // runs a cell, is interrupted in a long one and killed.
-func TestRealKernel(t *testing.T) {
+// realKernel starts the host's Python kernel for t, or skips t.
+func realKernel(t *testing.T) *Kernel {
+	t.Helper()
 	spec, err := FindSpec("python3", "python")
 	if err != nil {
 		t.Skip("no Python kernel is installed (make deps installs it)")
@@ -82,9 +84,14 @@ func TestRealKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Kill()
+	t.Cleanup(k.Kill)
+	return k
+}
+
+func TestRealKernel(t *testing.T) {
+	k := realKernel(t)
 	var result string
-	err = k.Execute(t.Context(), "6*7", func(o Output) {
+	err := k.Execute(t.Context(), "6*7", func(o Output) {
 		if o.Type == "execute_result" {
 			var c struct {
 				Data map[string]string `json:"data"`
@@ -132,15 +139,7 @@ func TestRealKernel(t *testing.T) {
 // every time: ipykernel aborts what reaches it just after an error's
 // reply unless cells are sent with stop_on_error false.
 func TestCellAfterErrorRuns(t *testing.T) {
-	spec, err := FindSpec("python3", "python")
-	if err != nil {
-		t.Skip("no Python kernel is installed (make deps installs it)")
-	}
-	k, err := Start(t.Context(), spec, Options{Cwd: t.TempDir(), Env: os.Environ()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Kill()
+	k := realKernel(t)
 	for i := range 30 {
 		if err := k.Execute(t.Context(), "1 / 0", func(Output) {}); err != nil {
 			t.Fatal(err)
