@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
@@ -35,7 +38,26 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
+	closeInheritedOnExec()
 	os.Exit(exitCode(run(os.Args[1:])))
+}
+
+// closeInheritedOnExec marks every descriptor airlock inherited beyond
+// stdio (a shell's, a supervisor's) close-on-exec. os/exec hands a child
+// every descriptor without that flag, and a sandbox's init is such a
+// child: it would hold the descriptor for its whole life, where a
+// process of the sandbox running as init's user could open it through
+// /proc/1/fd. Go opens its own descriptors close-on-exec.
+func closeInheritedOnExec() {
+	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	entries, _ := os.ReadDir("/proc/self/fd") // before Linux 5.11
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
 }
 
 func run(args []string) error {

@@ -279,10 +279,22 @@ func TestInitForwardsSignals(t *testing.T) {
 	if line, _ := r.ReadString('\n'); line != "ready\n" {
 		t.Fatalf("the command did not start: %q", line)
 	}
-	// The sandbox's init is airlock run's only child (forked by any of
-	// its threads).
+	if err := syscall.Kill(sandboxInit(t, cmd.Process.Pid), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); string(rest) != "got TERM\n" || code != 3 {
+		t.Errorf("after SIGTERM to init: %q, exit %d; want the command's trap, exit 3", rest, code)
+	}
+}
+
+// sandboxInit is the pid of the sandbox's init: airlock run's only child
+// (forked by any of its threads).
+func sandboxInit(t *testing.T, airlockPid int) int {
+	t.Helper()
 	var kids []string
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", airlockPid))
 	for _, f := range tasks {
 		b, _ := os.ReadFile(f)
 		kids = append(kids, strings.Fields(string(b))...)
@@ -290,16 +302,56 @@ func TestInitForwardsSignals(t *testing.T) {
 	if len(kids) != 1 {
 		t.Fatalf("children of airlock run: %q, want its sandbox's init", kids)
 	}
-	initPid, err := strconv.Atoi(kids[0])
+	pid, err := strconv.Atoi(kids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(initPid, syscall.SIGTERM); err != nil {
+	return pid
+}
+
+// A descriptor airlock inherited beyond stdio reaches no process it
+// starts: not the sandbox's init, where the sandbox's own user could open
+// it through /proc/1/fd.
+func TestInheritedDescriptorsStayOut(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	r, w, err := os.Pipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := io.ReadAll(r)
-	cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); string(rest) != "got TERM\n" || code != 3 {
-		t.Errorf("after SIGTERM to init: %q, exit %d; want the command's trap, exit 3", rest, code)
+	defer r.Close()
+	var fi syscall.Stat_t
+	if err := syscall.Fstat(int(w.Fd()), &fi); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBin, "run", "--daemon", "never", "--timeout", "20s", "--", "/bin/sh", "-c", "echo ready; exec sleep 20")
+	// Its descriptor 62, without close-on-exec: above those airlock hands
+	// init on purpose (3, 4, …), which would replace it.
+	cmd.ExtraFiles = make([]*os.File, 60)
+	cmd.ExtraFiles[59] = w
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the command did not start: %q", line)
+	}
+	pipe := fmt.Sprintf("pipe:[%d]", fi.Ino)
+	if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/62", cmd.Process.Pid)); target != pipe {
+		t.Fatalf("airlock's descriptor 62 is %q, want the inherited %s", target, pipe)
+	}
+	init := sandboxInit(t, cmd.Process.Pid)
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", init, fd.Name())); target == pipe {
+			t.Errorf("the sandbox's init holds airlock's inherited %s as its descriptor %s", pipe, fd.Name())
+		}
 	}
 }
