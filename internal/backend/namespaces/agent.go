@@ -85,6 +85,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 		selfMounts: selfMounts(p),
 		id:         id,
 		live:       true,
+		oneLog:     true,
 	})
 	if err != nil {
 		os.Remove(sock)

@@ -45,7 +45,10 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 		return err
 	}
 	s.stdout = backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
-	s.stderr = backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
+	s.stderr = s.stdout // os/exec gives one writer one pipe
+	if !spec.oneLog {
+		s.stderr = backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
+	}
 	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
 	if spec.Stdin != nil {
 		// Hide the *os.File behind a plain Reader so os/exec copies

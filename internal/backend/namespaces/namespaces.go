@@ -8,10 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +30,7 @@ import (
 type Backend struct {
 	stateDir string
 	log      *slog.Logger
+	runs     *rangeLocks // <state dir>/runs.lock (state.go)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -41,7 +42,7 @@ const DefaultStateDir = "/run/airlock"
 // New returns the backend keeping its state in stateDir; agents' logs go
 // to log.
 func New(stateDir string, log *slog.Logger) *Backend {
-	return &Backend{stateDir: stateDir, log: log}
+	return &Backend{stateDir: stateDir, log: log, runs: &rangeLocks{path: filepath.Join(stateDir, runsLockFile)}}
 }
 
 // Name is "namespaces".
@@ -59,6 +60,9 @@ type spec struct {
 	// live: the sandbox serves (an agent) rather than runs one command;
 	// its CPU time can be read while it runs, and it can be paused.
 	live bool
+	// oneLog: Stdout and Stderr are one log, fed through one pipe, which
+	// saves the daemon a descriptor for each sandbox it holds.
+	oneLog bool
 }
 
 // Each sandbox gets its own range of host ids: its root maps to the start
@@ -82,32 +86,25 @@ func HostUIDs() (lo, hi int) { return hostIDBase, hostIDBase + hostIDSlots*hostI
 // per-user budgets (RLIMIT_NPROC, inotify instances, queued signals).
 const uidLockFile = "/run/airlock-uids.lock"
 
-// claimIDBase picks a free host id range at random and holds it until the
-// returned file is closed: an open file description's lock (F_OFD_SETLK),
-// which the kernel releases when its owner dies, so a crash leaks none.
-func claimIDBase() (int, *os.File, error) {
-	f, err := os.OpenFile(uidLockFile, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return 0, nil, fmt.Errorf("host id lock: %w", err)
-	}
+var uidLocks = &rangeLocks{path: uidLockFile}
+
+// claimIDBase picks a free host id range at random and holds it until
+// release is called: a lock that the kernel drops when its owner dies,
+// so a crash leaks none (rangeLocks).
+func claimIDBase() (base int, release func(), err error) {
 	for range 64 {
 		var b [2]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			f.Close()
 			return 0, nil, err
 		}
 		slot := (int(b[0])<<8 | int(b[1])) % hostIDSlots
-		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(slot), Len: 1}
-		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
-		if err == nil {
-			return hostIDBase + slot*hostIDRange, f, nil
-		}
-		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
-			f.Close()
+		switch err := uidLocks.tryLock(int64(slot)); {
+		case err == nil:
+			return hostIDBase + slot*hostIDRange, func() { uidLocks.unlock(int64(slot)) }, nil
+		case !errors.Is(err, errBusy):
 			return 0, nil, fmt.Errorf("host id lock: %w", err)
 		}
 	}
-	f.Close()
 	return 0, nil, errors.New("no free host id range: too many sandboxes on this host")
 }
 
@@ -173,7 +170,7 @@ type Sandbox struct {
 	HostUID int // the host uid the sandbox's user runs as
 
 	lock           *runLock
-	uids           *os.File // holds the host id range (claimIDBase)
+	releaseIDs     func() // frees the host id range (claimIDBase)
 	cg             *cgroups.Cgroup
 	cmd            *exec.Cmd
 	stdout, stderr *backend.CappedWriter
@@ -216,7 +213,7 @@ func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, uids, err := claimIDBase()
+	base, releaseIDs, err := claimIDBase()
 	if err != nil {
 		lock.release(true)
 		return nil, err
@@ -224,16 +221,16 @@ func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
 	p := &spec.Policy
 	cg, err := cgroups.New(cgroups.Prefix+id, cgroups.Limits{MemoryBytes: p.MemoryBytes, Pids: p.Pids, CPUs: p.CPUs}, spec.live)
 	if err != nil {
-		uids.Close()
+		releaseIDs()
 		lock.release(true)
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	sb := &Sandbox{ID: id, HostUID: base + layout.UID, lock: lock, uids: uids, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
+	sb := &Sandbox{ID: id, HostUID: base + layout.UID, lock: lock, releaseIDs: releaseIDs, cg: cg, done: make(chan struct{}), exited: make(chan unix.WaitStatus, 1)}
 	if err := sb.start(ctx, spec, bin); err != nil {
 		// Nothing of a sandbox that failed to start may remain.
 		kerr, derr := cg.Kill(), cg.Destroy()
 		if kerr == nil {
-			uids.Close()
+			releaseIDs()
 		}
 		lock.release(kerr == nil && derr == nil)
 		return nil, err
@@ -294,7 +291,7 @@ func (s *Sandbox) finish() (*backend.Result, error) {
 	if err := s.cg.Kill(); err != nil {
 		errs = append(errs, fmt.Errorf("kill sandbox %s: %w", s.ID, err))
 	} else {
-		s.uids.Close()
+		s.releaseIDs()
 	}
 	if st, err := s.cg.Stats(); err == nil {
 		res.MaxMemoryBytes = st.MaxMemory

@@ -587,23 +587,24 @@ func TestIsolationProperties(t *testing.T) {
 // to every other claim, in this process or another, until released.
 func TestHostIDRangesAreExclusive(t *testing.T) {
 	airlocktest.RequiresRoot(t)
-	held := map[int]*os.File{}
+	held := map[int]func(){}
 	defer func() {
-		for _, f := range held {
-			f.Close()
+		for _, release := range held {
+			release()
 		}
 	}()
 	for range 300 {
-		base, f, err := claimIDBase()
+		base, release, err := claimIDBase()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, dup := held[base]; dup {
 			t.Fatalf("range %d handed out twice", base)
 		}
-		held[base] = f
+		held[base] = release
 	}
-	// A slot held here is locked for any other open file too.
+	// A slot held here is locked for any other open file too, such as
+	// another process's.
 	for base := range held {
 		other, err := os.OpenFile(uidLockFile, os.O_RDWR, 0)
 		if err != nil {
@@ -614,7 +615,7 @@ func TestHostIDRangesAreExclusive(t *testing.T) {
 		if err := unix.FcntlFlock(other.Fd(), unix.F_OFD_SETLK, &lk); err == nil {
 			t.Errorf("slot %d locked twice", slot)
 		}
-		held[base].Close()
+		held[base]()
 		if err := unix.FcntlFlock(other.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
 			t.Errorf("slot %d still locked after its release: %v", slot, err)
 		}
@@ -622,4 +623,23 @@ func TestHostIDRangesAreExclusive(t *testing.T) {
 		delete(held, base)
 		break
 	}
+	// The locks cost the process one descriptor, however many it holds.
+	if n := countFDs(t, uidLockFile); n != 1 {
+		t.Errorf("%d descriptors of %s open, want 1", n, uidLockFile)
+	}
+}
+
+// countFDs counts this process's descriptors of the file at path.
+func countFDs(t *testing.T, path string) int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target == path {
+			n++
+		}
+	}
+	return n
 }

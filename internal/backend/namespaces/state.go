@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,13 +14,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Each running sandbox holds an exclusive flock on <state dir>/runs/<id>.
-// The kernel drops the lock when its holder dies, however it dies, so a
-// cgroup whose lock can be taken belongs to nobody and may be removed.
+// Each sandbox has a record, <state dir>/runs/<id>, and holds a lock on
+// one byte of <state dir>/runs.lock, at the offset its id hashes to, for
+// as long as it lives (rangeLocks: the kernel drops it when its holder
+// dies, however it dies). The lock is taken before the record is made,
+// and the record removed after the sandbox's cgroup: a record whose lock
+// can be taken belongs to nobody, and its cgroup may be removed.
+const runsLockFile = "runs.lock"
 
 type runLock struct {
-	path string
-	f    *os.File
+	locks *rangeLocks
+	path  string
+	off   int64
+}
+
+// runOffset is where sandbox id's lock is. Ids are random and never
+// reused; two live sandboxes meet at one offset with a probability of
+// about n²/2^63, and then the second fails to start (errBusy): a lock is
+// never shared.
+func runOffset(id string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return int64(h.Sum64() >> 2) // positive, and Start+Len cannot overflow
 }
 
 func (b *Backend) prepareStateDir() error {
@@ -33,41 +49,47 @@ func (b *Backend) prepareStateDir() error {
 	return nil
 }
 
-// lockRun creates the locked file of sandbox id. The file is locked under a
-// temporary name and then renamed, so that under its final name it is
-// never seen unlocked while its owner lives.
+// lockRun locks sandbox id's byte of runs.lock, then creates its record.
 func (b *Backend) lockRun(id string) (*runLock, error) {
-	dir := filepath.Join(b.stateDir, "runs")
-	tmp, err := os.CreateTemp(dir, ".new-")
-	if err != nil {
+	off := runOffset(id)
+	if err := b.runs.tryLock(off); err != nil {
 		return nil, fmt.Errorf("lock sandbox %s: %w", id, err)
 	}
-	p := filepath.Join(dir, id)
-	if err = unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
+	p := filepath.Join(b.stateDir, "runs", id)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
+		b.runs.unlock(off)
 		return nil, fmt.Errorf("lock sandbox %s: %w", id, err)
 	}
-	return &runLock{path: p, f: tmp}, nil
+	f.Close()
+	return &runLock{locks: b.runs, path: p, off: off}, nil
 }
 
 // release unlocks; remove says whether the sandbox is entirely gone, so
-// that its lock file can go too.
+// that its record can go too.
 func (l *runLock) release(remove bool) {
 	if remove {
 		os.Remove(l.path)
 	}
-	l.f.Close()
+	l.locks.unlock(l.off)
+}
+
+// heldByFlock reports whether an older airlock, which flocked each
+// sandbox's record itself, holds the record at p: its sandbox lives.
+func heldByFlock(p string) bool {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
 }
 
 // Cleanup removes what sandboxes of earlier, killed airlock processes left
-// behind: their processes, cgroups and lock files. A sandbox's lock file
-// exists before its cgroup and is removed after it, so every leftover
-// cgroup has a lock file that nobody holds; live sandboxes, whose owners
-// hold their locks, are not touched.
+// behind: their processes, cgroups and records. A sandbox's record exists
+// before its cgroup and is removed after it, so every leftover cgroup has
+// a record whose lock nobody holds; live sandboxes, whose owners hold
+// their locks, are not touched.
 func (b *Backend) Cleanup(context.Context) error {
 	if os.Geteuid() != 0 {
 		return nil // nothing of ours can exist without root
@@ -78,37 +100,31 @@ func (b *Backend) Cleanup(context.Context) error {
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
 		if strings.HasPrefix(e.Name(), ".") {
-			// A temporary name is a lock being created: locking it would
-			// make its owner fail. Only an old one is a crash's leftover.
-			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
-				continue
+			// An older airlock made a record under a temporary name, and
+			// then its cgroup. Only an old one nobody holds is a leftover.
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) >= time.Minute && !heldByFlock(p) {
+				os.Remove(p)
 			}
-		}
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
-		if err != nil {
-			continue // removed by its owner meanwhile
-		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-			f.Close() // held: a live sandbox
 			continue
 		}
-		// A temporary name (".new-…") never had a cgroup.
-		if !strings.HasPrefix(e.Name(), ".") {
-			cg := cgroups.Load(cgroups.Prefix + e.Name())
-			if err := cg.Kill(); err != nil {
-				errs = append(errs, fmt.Errorf("kill leftover sandbox %s: %w", e.Name(), err))
-				f.Close()
-				continue
-			}
-			if err := cg.Destroy(); err != nil {
-				errs = append(errs, fmt.Errorf("remove leftover cgroup %s: %w", e.Name(), err))
-				f.Close()
-				continue
-			}
+		off := runOffset(e.Name())
+		if b.runs.tryLock(off) != nil {
+			continue // held: a live sandbox (or none can tell: leave it)
 		}
-		os.Remove(filepath.Join(b.stateDir, "agents", e.Name()+".sock"))
-		os.Remove(p)
-		f.Close()
+		if heldByFlock(p) {
+			b.runs.unlock(off)
+			continue
+		}
+		cg := cgroups.Load(cgroups.Prefix + e.Name())
+		if err := cg.Kill(); err != nil {
+			errs = append(errs, fmt.Errorf("kill leftover sandbox %s: %w", e.Name(), err))
+		} else if err := cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("remove leftover cgroup %s: %w", e.Name(), err))
+		} else {
+			os.Remove(filepath.Join(b.stateDir, "agents", e.Name()+".sock"))
+			os.Remove(p)
+		}
+		b.runs.unlock(off)
 	}
 	return errors.Join(errs...)
 }
