@@ -92,6 +92,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Daemon, error) 
 	if err := d.check(); err != nil {
 		return nil, err
 	}
+	raiseFileLimit(d.log)
 	network, err := newNetwork(&d.cfg, d.log)
 	if err != nil {
 		return nil, configError(err)
