@@ -103,13 +103,16 @@ func Main() {
 	// pid 1). What arrives meanwhile is passed on once the command runs.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	// One pending SIGCHLD is all reap needs to look again (see reap).
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
 	main, err := setup()
 	if err != nil {
 		status.Write(append([]byte{StatusFailed}, err.Error()...))
 		os.Exit(1)
 	}
 	status.Write([]byte{StatusRunning})
-	ws := reap(main, sigs)
+	ws := reap(main, sigs, chld)
 	var msg [5]byte
 	msg[0] = StatusExited
 	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
@@ -214,35 +217,37 @@ func setup() (int, error) {
 }
 
 // reap waits for children until main ends, and returns its wait status.
-// Signals sent to init are passed on to main, from this goroutine's
-// thread, the one that forked main: Landlock gave each of init's threads
-// a domain of its own (ABI 7 has no TSYNC), and its signal scope lets a
-// thread signal only processes of its own domain, which main inherited
-// from this thread alone. The waiting is done on another thread (it is
-// not scoped) and reported here.
-func reap(main int, sigs <-chan os.Signal) unix.WaitStatus {
-	ended := make(chan unix.WaitStatus, 1)
-	go func() {
+// It runs on the thread that forked main: Landlock gave each of init's
+// threads a domain of its own (ABI 7 has no TSYNC), and its signal scope
+// lets a thread signal only processes of its own domain, which main
+// inherited from this thread alone; so the signals init receives are
+// passed on from here. It reaps when SIGCHLD (chld) says a child ended,
+// without blocking, rather than from a thread parked in wait4: an idle
+// init keeps as few threads as Go allows, and a host's task limit, not
+// its memory, bounds how many idle sandboxes it holds.
+func reap(main int, sigs, chld <-chan os.Signal) unix.WaitStatus {
+	for {
 		for {
 			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, 0, nil)
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
 			switch {
 			case err == unix.EINTR:
+				continue
 			case err != nil: // ECHILD: cannot happen before main is reaped
-				ended <- unix.WaitStatus(0xff00) // exit code 255
-				return
+				return unix.WaitStatus(0xff00) // exit code 255
 			case pid == main:
-				ended <- ws
-				return
+				return ws
+			}
+			if pid == 0 { // children left, none ended since the last look
+				break
 			}
 		}
-	}()
-	for {
+		// A child that ends from here on sends a SIGCHLD, which chld
+		// holds until it is read: none is missed.
 		select {
 		case s := <-sigs:
 			_ = unix.Kill(main, s.(unix.Signal))
-		case ws := <-ended:
-			return ws
+		case <-chld:
 		}
 	}
 }

@@ -3,6 +3,7 @@ package nsinit
 import (
 	"encoding/json"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -142,6 +143,9 @@ func TestJoinCgroups(t *testing.T) {
 // reap returns the command's status, however it ends, and passes the
 // signals init receives on to it.
 func TestReap(t *testing.T) {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	defer signal.Stop(chld)
 	start := func(script string) int {
 		pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", script}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
 		if err != nil {
@@ -149,16 +153,16 @@ func TestReap(t *testing.T) {
 		}
 		return pid
 	}
-	if ws := reap(start("exit 3"), nil); !ws.Exited() || ws.ExitStatus() != 3 {
+	if ws := reap(start("exit 3"), nil, chld); !ws.Exited() || ws.ExitStatus() != 3 {
 		t.Errorf("exit 3: status %#x", ws)
 	}
 	// The command's own orphan is reaped too, before or after it.
-	if ws := reap(start("sh -c 'exit 1' & exit 0"), nil); ws.ExitStatus() != 0 {
+	if ws := reap(start("sh -c 'exit 1' & exit 0"), nil, chld); ws.ExitStatus() != 0 {
 		t.Errorf("with an orphan: status %#x", ws)
 	}
 	sigs := make(chan os.Signal, 1)
 	sigs <- unix.SIGTERM
-	if ws := reap(start("exec sleep 600"), sigs); !ws.Signaled() || ws.Signal() != unix.SIGTERM {
+	if ws := reap(start("exec sleep 600"), sigs, chld); !ws.Signaled() || ws.Signal() != unix.SIGTERM {
 		t.Errorf("passed SIGTERM: status %#x", ws)
 	}
 }
