@@ -3,8 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // The room a host keeps for itself. An idle sandbox holds 13 (namespaces)
@@ -14,11 +17,16 @@ import (
 const (
 	hostTaskShare = 0.9       // of the kernel's limit (pid_max, threads-max)
 	hostMemFloor  = 512 << 20 // MemAvailable, in bytes
+	// Of the daemon's limit on open files: an idle sandbox holds three
+	// (eight with a network), and a create that meets the limit fails
+	// midway, where one refused before it starts can be retried.
+	fileShare = 0.9
 )
 
 // hostRoom reports whether the host has room for another sandbox: its
-// tasks below hostTaskShare of what the kernel allows, and hostMemFloor of
-// memory available. What cannot be read does not refuse (a host without
+// tasks below hostTaskShare of what the kernel allows, hostMemFloor of
+// memory available, and this process's open files below fileShare of its
+// limit. What cannot be read does not refuse (a host without
 // /proc/loadavg has other limits). The figures go to the log, not to
 // clients.
 func hostRoom() error {
@@ -29,7 +37,31 @@ func hostRoom() error {
 	if mem, ok := memAvailable(); ok && mem < hostMemFloor {
 		return &PublicError{Err: ErrHostFull, Cause: fmt.Errorf("%d MiB of memory available", mem>>20)}
 	}
+	if used, limit := openFiles(); limit > 0 && float64(used) >= fileShare*float64(limit) {
+		return &PublicError{Err: ErrHostFull, Cause: fmt.Errorf("%d of the %d open files this process may hold", used, limit)}
+	}
 	return nil
+}
+
+// openFiles estimates how many descriptors this process holds by the
+// lowest free one, which the kernel hands out first: all below it are
+// taken. One open and close, where counting /proc/self/fd would read
+// thousands of entries on every create. Holes left by closed descriptors
+// make it an underestimate until new ones fill them.
+func openFiles() (used, limit int64) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > math.MaxInt64 {
+		return 0, 0
+	}
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	switch {
+	case err == unix.EMFILE:
+		return int64(rl.Cur), int64(rl.Cur)
+	case err != nil:
+		return 0, 0
+	}
+	unix.Close(fd)
+	return int64(fd), int64(rl.Cur)
 }
 
 // hostTasks returns the host's tasks (processes and threads) and the

@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // This host's own figures parse, and leave room (the tests run on hosts
@@ -19,6 +22,36 @@ func TestHostRoomReadsTheHost(t *testing.T) {
 	}
 	if err := hostRoom(); err != nil {
 		t.Errorf("hostRoom: %v", err)
+	}
+}
+
+// A daemon near its limit on open files has no room: it refuses before
+// a create fails midway on EMFILE.
+func TestHostRoomCountsOpenFiles(t *testing.T) {
+	for range 20 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+	}
+	used, limit := openFiles()
+	if used < 3 || limit <= used {
+		t.Fatalf("open files %d of %d", used, limit)
+	}
+	var saved unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+		t.Fatal(err)
+	}
+	lowered := saved
+	lowered.Cur = uint64(used) + 1 // 90 % of it is below what is open
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lowered); err != nil {
+		t.Fatal(err)
+	}
+	err := hostRoom()
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &saved)
+	if !errors.Is(err, ErrHostFull) {
+		t.Errorf("hostRoom with %d of %d files open: %v, want ErrHostFull", used, used+1, err)
 	}
 }
 
