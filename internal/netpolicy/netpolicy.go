@@ -271,8 +271,12 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	a.link = linkOf(h.subnet, a.slot)
 	// What a crashed daemon, or the kernel still tearing down the last
 	// sandbox of this slot, left goes first.
-	if err := removePorts(a.link.hostIf); err != nil {
+	if left, err := leftPorts(a.link.hostIf); err != nil {
 		return a, err
+	} else if left {
+		if err := removePorts(a.link.hostIf); err != nil {
+			return a, err
+		}
 	}
 	if err := removeLink(a.link.hostIf); err != nil {
 		return a, err
@@ -375,7 +379,7 @@ func (a *Attachment) Close() error {
 	a.closeOnce.Do(func() {
 		var errs []error
 		if a.ports != (ports{}) {
-			if err := removePorts(a.link.hostIf); err != nil {
+			if err := deletePorts(a.link.hostIf, a.ports); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -299,6 +300,86 @@ func addPorts(hostIf string, p ports, l Limits) error {
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: ports of %s: %w", hostIf, err)
+	}
+	return nil
+}
+
+// leftPorts reports whether an earlier holder of hostIf's slot may have
+// left elements or a chain of limits: whether that chain exists. addPorts
+// makes the chain with the elements in one transaction, and the removals
+// take the elements out before the chain, so no element outlives it. One
+// lookup by name, where reading the maps (removePorts) takes time in
+// proportion to the sandboxes on the host, on every create. (What a table
+// of an older airlock, without chains of limits, holds is swept by
+// Cleanup.)
+func leftPorts(hostIf string) (bool, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	defer conn.Close()
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_CHAIN_TABLE, Data: []byte(tableName + "\x00")},
+		{Type: unix.NFTA_CHAIN_NAME, Data: []byte(floodPrefix + hostIf + "\x00")},
+	})
+	if err != nil {
+		return false, err
+	}
+	_, err = conn.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETCHAIN),
+			Flags: netlink.Request,
+		},
+		// struct nfgenmsg: the family, the version, no resource id.
+		Data: append([]byte{unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0}, attrs...),
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("nftables chain %s: %w", floodPrefix+hostIf, err)
+}
+
+// deletePorts takes out exactly what addPorts gave hostIf, its elements
+// (the sets before the maps, in one transaction, as in removePorts), then
+// its chain of limits, without reading the maps: their size is the
+// host's sandboxes, and a dump that a concurrent change cuts short
+// (NLM_F_DUMP_INTR) can miss an element or show one twice, which made
+// removals fail with ENOENT or EBUSY under load. Should the kernel refuse
+// (something is not as addPorts left it), removePorts reads and removes
+// whatever is there.
+func deletePorts(hostIf string, p ports) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	key := ifKey(hostIf)
+	del := func(set *nftables.Set, keys ...[]byte) {
+		var elems []nftables.SetElement
+		for _, k := range keys {
+			elems = append(elems, nftables.SetElement{Key: k})
+		}
+		if err == nil {
+			err = c.SetDeleteElements(set, elems)
+		}
+	}
+	del(portSet(setTCPIn), ifPortKey(hostIf, p.proxy), ifPortKey(hostIf, p.dnsTCP))
+	del(portSet(setUDPIn), ifPortKey(hostIf, p.dnsUDP))
+	for _, m := range []string{mapProxy, mapDNSUDP, mapDNSTCP} {
+		del(portMap(m), key)
+	}
+	del(floodMap(), key)
+	if err == nil {
+		err = c.Flush()
+	}
+	if err == nil {
+		c.DelChain(&nftables.Chain{Name: floodPrefix + hostIf, Table: table()})
+		err = c.Flush()
+	}
+	if err != nil {
+		return removePorts(hostIf)
 	}
 	return nil
 }

@@ -314,3 +314,56 @@ func TestTableLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPortsLeftAndDeleted: a slot's elements and chain of limits are
+// found by one lookup (leftPorts), and deletePorts takes out exactly what
+// addPorts put in, falling back to reading the maps when something else
+// already took them out.
+func TestPortsLeftAndDeleted(t *testing.T) {
+	if !inLab(t) {
+		return
+	}
+	if err := ensureTable(); err != nil {
+		t.Fatal(err)
+	}
+	const a, b = linkPrefix + "fff1", linkPrefix + "fff2"
+	left := func(name string) bool {
+		t.Helper()
+		l, err := leftPorts(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if left(a) {
+		t.Fatalf("%s has ports before any were added", a)
+	}
+	p := ports{proxy: 4001, dnsUDP: 4002, dnsTCP: 4003}
+	for _, name := range []string{a, b} {
+		if err := addPorts(name, p, Limits{DNSRate: DefaultDNSRate, ConnectionRate: DefaultConnectionRate}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !left(a) || !left(b) {
+		t.Fatal("leftPorts does not see the ports added")
+	}
+	if err := deletePorts(a, p); err != nil {
+		t.Fatal(err)
+	}
+	if left(a) || !left(b) {
+		t.Errorf("after deleting %s's ports: left %v, %s's %v", a, left(a), b, left(b))
+	}
+	// Gone already (a Cleanup of another process): not an error.
+	if err := removePorts(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := deletePorts(b, p); err != nil {
+		t.Errorf("deleting ports that are gone: %v", err)
+	}
+	if mapped, err := mappedInterfaces(); err != nil || len(mapped) > 0 {
+		t.Errorf("left in nftables: %v, %v", mapped, err)
+	}
+	if err := dropUnusedTable(); err != nil {
+		t.Fatal(err)
+	}
+}
