@@ -148,6 +148,7 @@ func (s *agentSandbox) start(command string, flags ...string) error {
 		return fmt.Errorf("start runsc: %w", err)
 	}
 	go func() {
+		backend.AwaitExit(s.run.Process)
 		s.run.Wait()
 		close(s.done)
 	}()

@@ -68,6 +68,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 	}
 	s.cmd = cmd
 	go func() {
+		backend.AwaitExit(cmd.Process)
 		s.waitErr = cmd.Wait()
 		close(s.done)
 	}()
