@@ -191,7 +191,7 @@ bench-reliability: deps build runsc
 # sandbox, how many idle sandboxes the host holds, pool refill rate, a
 # burst of 100 creates; on each backend.
 bench-density: deps build runsc
-	cd tests/e2b && npm ci --no-audit --no-fund && node bench-density.mjs && AIRLOCK_TEST_BACKEND=gvisor node bench-density.mjs
+	cd tests/e2b && npm ci --no-audit --no-fund && AIRLOCK_DENSITY_PID_MAX=4194304 ../../$(NETLAB) node bench-density.mjs && AIRLOCK_DENSITY_PID_MAX=4194304 AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-density.mjs
 
 # Three nodes and a router against a real API server: create latency
 # through the router against straight to a node, and creates per second

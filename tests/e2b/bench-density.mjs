@@ -4,11 +4,13 @@
 //   memory:  what an idle sandbox of base and of code-interpreter-v1 (its
 //            kernel started) takes, from the sandboxes' own cgroups and
 //            from the host (MemAvailable before and after), 20 of each;
-//   density: idle base sandboxes added 50 at a time until the host's
-//            available memory would fall below 2 GiB, its tasks would pass
-//            80 % of what the kernel allows (kernel.pid_max, threads-max),
-//            a create and one command take more than a second, or
-//            AIRLOCK_DENSITY_MAX (1000) is reached, with the daemon's
+//   density: idle base sandboxes added 50 at a time, without a network
+//            and with one, until the host's available memory would fall
+//            below 2 GiB, its tasks would pass 80 % of what the kernel
+//            allows (kernel.pid_max, threads-max; AIRLOCK_DENSITY_PID_MAX
+//            raises pid_max for the run), the server refuses (503: a full
+//            host), a create and one command take more than a second, or
+//            AIRLOCK_DENSITY_MAX (6000) is reached, with the daemon's
 //            /health and a create + command timed at each step;
 //   refill:  a pool of 32 filled from empty: sandboxes per second, per core;
 //   burst:   100 concurrent Sandbox.create() beyond a pool of 4, each then
@@ -23,11 +25,11 @@ import { startServer, sleep } from './harness.mjs'
 import { burst } from './reliability-util.mjs'
 
 const backend = process.env.AIRLOCK_TEST_BACKEND ?? 'namespaces'
-const max = Number(process.env.AIRLOCK_DENSITY_MAX ?? 1000)
-const floor = 2 << 30 // bytes of MemAvailable the density run leaves the host
+const max = Number(process.env.AIRLOCK_DENSITY_MAX ?? 6000)
+const floor = 2 * 2 ** 30 // bytes of MemAvailable the density run leaves the host (not 2 << 30: 32-bit in JavaScript)
 const MiB = 1 << 20
 const tasks = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[3].split('/')[1])
-const taskLimit = Math.min(...['/proc/sys/kernel/pid_max', '/proc/sys/kernel/threads-max'].map((f) => Number(readFileSync(f, 'utf8'))))
+const taskLimit = () => Math.min(...['/proc/sys/kernel/pid_max', '/proc/sys/kernel/threads-max'].map((f) => Number(readFileSync(f, 'utf8'))))
 const avail = () => Number(/MemAvailable:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))[1]) * 1024
 const mib = (b) => `${(b / MiB).toFixed(1)} MiB`
 
@@ -47,7 +49,7 @@ function cgroupMemory() {
 const dir = mkdtempSync(join(tmpdir(), 'airlock-bench-density-'))
 async function serve(templates, extra = {}) {
   const cfg = join(dir, `config-${Math.random().toString(16).slice(2)}.json`)
-  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 5000, poolMemoryBudget: '64G', ...extra, templates }))
+  writeFileSync(cfg, JSON.stringify({ maxSandboxes: 10000, poolMemoryBudget: '64G', ...extra, templates }))
   return startServer(['--config', cfg])
 }
 
@@ -81,23 +83,27 @@ console.log(`density and bursts, ${backend} backend, ${cpus().length} cores, ${m
   }
 }
 
-// Density: idle base sandboxes, 50 more at a time.
-{
-  const server = await serve({ base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } })
+// Density: idle base sandboxes, 50 more at a time, sealed (no network)
+// and then with the server's default network.
+async function density(label, extra) {
+  const server = await serve({ base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } }, extra)
   const boxes = []
   let why = `${max} sandboxes (AIRLOCK_DENSITY_MAX)`
   try {
-    console.log('\ndensity: idle base sandboxes, 50 at a time; then a /health and a create + commands.run(\'true\') timed')
+    console.log(`\ndensity, ${label}: idle base sandboxes, 50 at a time; then a /health and a create + commands.run('true') timed`)
     console.log('  sandboxes   available    /health p50   create+run')
     const start = { mem: avail(), tasks: tasks() }
     let per = 0
     let perTasks = 0
     while (boxes.length < max) {
       if (per && avail() - 50 * per < floor) { why = `the host's available memory (${mib(avail())}) would fall below ${mib(floor)}`; break }
-      if (perTasks && tasks() + 50 * perTasks > 0.8 * taskLimit) { why = `the host's ${tasks()} tasks would pass 80 % of the kernel's ${taskLimit}`; break }
+      if (perTasks && tasks() + 50 * perTasks > 0.8 * taskLimit()) { why = `the host's ${tasks()} tasks would pass 80 % of the kernel's ${taskLimit()}`; break }
       const before = avail()
       const beforeTasks = tasks()
-      boxes.push(...await Promise.all(Array.from({ length: Math.min(50, max - boxes.length) }, () => Sandbox.create({ timeoutMs: 3_600_000 }))))
+      const made = await Promise.allSettled(Array.from({ length: Math.min(50, max - boxes.length) }, () => Sandbox.create({ timeoutMs: 3_600_000 })))
+      boxes.push(...made.filter((r) => r.status === 'fulfilled').map((r) => r.value))
+      const refused = made.find((r) => r.status === 'rejected')
+      if (refused) { why = `the server refused: ${String(refused.reason).split('\n')[0].slice(0, 160)}`; break }
       await sleep(500)
       per = Math.max(per, (before - avail()) / 50)
       perTasks = Math.max(perTasks, (tasks() - beforeTasks) / 50)
@@ -115,6 +121,23 @@ console.log(`density and bursts, ${backend} backend, ${cpus().length} cores, ${m
     for (let i = 0; i < boxes.length; i += 100) await Promise.all(boxes.slice(i, i + 100).map((s) => s.kill().catch(() => {})))
     await server.stop()
   }
+}
+
+// The kernel's task limit is raised for the density runs when
+// AIRLOCK_DENSITY_PID_MAX says so (make bench-density: 4194304, what
+// systemd sets on most distributions), and put back after.
+const pidMaxFile = '/proc/sys/kernel/pid_max'
+const pidMax = readFileSync(pidMaxFile, 'utf8').trim()
+const wantPidMax = process.env.AIRLOCK_DENSITY_PID_MAX
+try {
+  if (wantPidMax && Number(wantPidMax) > Number(pidMax)) {
+    writeFileSync(pidMaxFile, wantPidMax)
+    console.log(`\nkernel.pid_max raised from ${pidMax} to ${wantPidMax} for the density runs`)
+  }
+  await density('without a network', { network: { default: 'none' } })
+  await density('with the default network')
+} finally {
+  if (readFileSync(pidMaxFile, 'utf8').trim() !== pidMax) writeFileSync(pidMaxFile, pidMax)
 }
 
 // Refill: a pool of 32 filled from empty, as after a burst took it.
