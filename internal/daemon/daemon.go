@@ -72,6 +72,10 @@ type Daemon struct {
 	buildPolicy policy.Policy
 	network     *hostNetwork // nil: networks are disabled
 
+	// openFiles is the daemon's limit on open files: an idle sandbox
+	// holds three, eight with a network (raiseFileLimit).
+	openFiles uint64
+
 	ln      net.Listener
 	tls     *tls.Config // nil: plain HTTP
 	key     Key
@@ -92,7 +96,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Daemon, error) 
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	raiseFileLimit(d.log)
+	d.openFiles = raiseFileLimit()
 	network, err := newNetwork(&d.cfg, d.log)
 	if err != nil {
 		return nil, configError(err)
@@ -279,7 +283,7 @@ func (d *Daemon) URL() string {
 // daemon down: its port, its builds and its sandboxes.
 func (d *Daemon) Serve(ctx context.Context) error {
 	d.log.Info("airlock serving", "listen", d.ln.Addr().String(), "state_dir", d.cfg.StateDir,
-		"api_key", apikey.Fingerprint(d.key.Value), "api_key_from", d.key.From)
+		"api_key", apikey.Fingerprint(d.key.Value), "api_key_from", d.key.From, "open_files", d.openFiles)
 	srv, errc := httpserve.Serve(d.ln, d.api, httpserve.Limits{MaxConns: d.cfg.MaxConnections, IdleTimeout: time.Duration(d.cfg.IdleTimeout), TLS: d.tls})
 	if d.run != nil {
 		go d.run.serve()

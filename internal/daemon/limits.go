@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -20,12 +19,13 @@ const maxFiles = 1 << 20
 // service manager's 20,000, a host of a few thousand idle sandboxes would
 // fail its next create on EMFILE with memory and tasks to spare.
 // Sandboxes do not inherit it: their init and gVisor's spec set 4,096.
-// It only ever raises; one that cannot (not root) keeps what Go gave it
-// at start, the soft limit raised to the hard one.
-func raiseFileLimit(log *slog.Logger) {
+// It only ever raises; one that cannot (raising a hard limit takes
+// CAP_SYS_RESOURCE) keeps what Go gave it at start, the soft limit raised
+// to the hard one. It returns the limit it has.
+func raiseFileLimit() uint64 {
 	var cur unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err != nil {
-		return
+		return 0
 	}
 	want := uint64(maxFiles)
 	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
@@ -34,13 +34,11 @@ func raiseFileLimit(log *slog.Logger) {
 		}
 	}
 	if cur.Cur >= want && cur.Max >= want {
-		return
+		return cur.Cur
 	}
 	next := unix.Rlimit{Cur: max(cur.Cur, want), Max: max(cur.Max, want)}
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &next); err != nil {
-		// Raising a hard limit takes CAP_SYS_RESOURCE.
-		log.Info("the limit on open files stays; each idle sandbox takes three", "limit", cur.Cur, "err", err)
-		return
+		return cur.Cur
 	}
-	log.Debug("raised the limit on open files", "from", cur.Cur, "to", next.Cur)
+	return next.Cur
 }

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -18,10 +17,13 @@ func TestRaiseFileLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &before) })
-	raiseFileLimit(slog.New(slog.DiscardHandler))
+	got := raiseFileLimit()
 	var after unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &after); err != nil {
 		t.Fatal(err)
+	}
+	if got != after.Cur {
+		t.Errorf("reported %d, the limit is %d", got, after.Cur)
 	}
 	if after.Cur < before.Cur || after.Max < before.Max {
 		t.Fatalf("lowered: %+v, was %+v", after, before)
