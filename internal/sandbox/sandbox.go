@@ -172,10 +172,6 @@ func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	d, err := (&agentproto.Client{Transport: s.transport}).Disk(ctx)
-	// A sample every 5 s would otherwise keep a connection to every
-	// agent open for good: a descriptor of the daemon per idle sandbox,
-	// a quarter of what bounds how many a host holds.
-	s.transport.CloseIdleConnections()
 	if err != nil {
 		return 0
 	}
