@@ -73,7 +73,7 @@ type Daemon struct {
 	network     *hostNetwork // nil: networks are disabled
 
 	// openFiles is the daemon's limit on open files: an idle sandbox
-	// holds three, eight with a network (raiseFileLimit).
+	// holds four, nine with a network (raiseFileLimit).
 	openFiles uint64
 
 	ln      net.Listener

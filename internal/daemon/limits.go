@@ -13,9 +13,9 @@ import (
 const maxFiles = 1 << 20
 
 // raiseFileLimit lifts the daemon's limit on open files as far as the
-// kernel lets it. An idle sandbox holds about six descriptors in the
-// daemon (its init's pidfd and pipes, its agent's connection, its run
-// directory), more while clients talk to it: at a shell's 1,024 or a
+// kernel lets it. An idle sandbox holds four descriptors in the daemon
+// (its init's pidfd and pipes, its agent's connection), nine with a
+// network, more while clients talk to it: at a shell's 1,024 or a
 // service manager's 20,000, a host of a few thousand idle sandboxes would
 // fail its next create on EMFILE with memory and tasks to spare.
 // Sandboxes do not inherit it: their init and gVisor's spec set 4,096.

@@ -17,8 +17,8 @@ import (
 const (
 	hostTaskShare = 0.9       // of the kernel's limit (pid_max, threads-max)
 	hostMemFloor  = 512 << 20 // MemAvailable, in bytes
-	// Of the daemon's limit on open files: an idle sandbox holds three
-	// (eight with a network), and a create that meets the limit fails
+	// Of the daemon's limit on open files: an idle sandbox holds four
+	// (nine with a network), and a create that meets the limit fails
 	// midway, where one refused before it starts can be retried.
 	fileShare = 0.9
 )
