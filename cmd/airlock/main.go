@@ -38,7 +38,11 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
-	closeInheritedOnExec()
+	if err := closeInheritedOnExec(); err != nil {
+		// Fail closed: a descriptor left open would reach every sandbox.
+		fmt.Fprintln(os.Stderr, "airlock: cannot mark inherited descriptors close-on-exec:", err)
+		os.Exit(1)
+	}
 	os.Exit(exitCode(run(os.Args[1:])))
 }
 
@@ -48,16 +52,31 @@ func main() {
 // child: it would hold the descriptor for its whole life, where a
 // process of the sandbox running as init's user could open it through
 // /proc/1/fd. Go opens its own descriptors close-on-exec.
-func closeInheritedOnExec() {
+func closeInheritedOnExec() error {
 	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
-		return
+		return nil
 	}
-	entries, _ := os.ReadDir("/proc/self/fd") // before Linux 5.11
+	return markInheritedOnExec() // before Linux 5.11
+}
+
+// markInheritedOnExec is closeInheritedOnExec one descriptor at a time.
+// The directory's own descriptor is listed too, and is closed by the time
+// it is reached.
+func markInheritedOnExec() error {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+			return fmt.Errorf("descriptor %d: %w", fd, err)
 		}
 	}
+	return nil
 }
 
 func run(args []string) error {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/airlocktest"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
+	"golang.org/x/sys/unix"
 )
 
 // airlockBin is the binary under test, built once by TestMain into a
@@ -353,5 +354,30 @@ func TestInheritedDescriptorsStayOut(t *testing.T) {
 		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", init, fd.Name())); target == pipe {
 			t.Errorf("the sandbox's init holds airlock's inherited %s as its descriptor %s", pipe, fd.Name())
 		}
+	}
+}
+
+// The fallback for kernels without CLOSE_RANGE_CLOEXEC marks every
+// descriptor, as close_range does.
+func TestMarkInheritedOnExec(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	fd := int(r.Fd())
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := markInheritedOnExec(); err != nil {
+		t.Fatal(err)
+	}
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flags&unix.FD_CLOEXEC == 0 {
+		t.Fatalf("descriptor %d is not close-on-exec", fd)
 	}
 }
