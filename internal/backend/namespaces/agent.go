@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/backend"
@@ -159,14 +158,14 @@ func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
 // initRoot opens the root of the sandbox's init, O_PATH. Init is reaped
 // in the background, so its pid could be another process's by now: the
 // root is opened by pid first, and init checked to be alive after,
-// through its pidfd (os.Process signals through it), which names init
+// through its pidfd (initProc signals through one), which names init
 // alone. Alive after the open, it was init's root that was opened.
 func (s *agentSandbox) initRoot() (int, error) {
-	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.proc.Pid()), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("sandbox root: %w", err)
 	}
-	if err := s.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+	if err := s.proc.Signal(0); err != nil {
 		unix.Close(root)
 		return -1, fmt.Errorf("sandbox init: %w", err)
 	}

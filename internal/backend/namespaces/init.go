@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,11 +29,10 @@ import (
 // once init reports that the command runs, or with an error once init is
 // dead.
 func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary) error {
-	base := s.HostUID - layout.UID
 	p := &spec.Policy
 	cfg := initConfig(spec, bin)
-	cmd := initCmd(base, spec.NetNS)
-	h, err := s.handOver(spec, &cfg, cmd, bin)
+	fork := &initFork{base: s.HostUID - layout.UID, netns: spec.NetNS, cgroupFD: -1}
+	h, err := s.handOver(spec, &cfg, fork, bin)
 	if err != nil {
 		return err
 	}
@@ -44,36 +43,31 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 		h.statusR.Close()
 		return err
 	}
-	s.stdout = backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
-	s.stderr = s.stdout // os/exec gives one writer one pipe
-	if !spec.oneLog {
-		s.stderr = backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
-	}
-	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
-	if spec.Stdin != nil {
-		// Hide the *os.File behind a plain Reader so os/exec copies
-		// through a pipe: a terminal must never be handed to the sandbox.
-		cmd.Stdin = struct{ io.Reader }{spec.Stdin}
-	}
-	// Stdin copying may block on a terminal forever; output pipes close
-	// when the sandbox dies. Bound both.
-	cmd.WaitDelay = time.Second
-
-	// Fork on the spawner thread, as the namespace's owner (spawn.go).
-	err = asOwner(base, spec.NetNS, cmd.Start)
-	h.closeInit()
+	// Init's output and input go through pipes of this process, copied
+	// here: whichever process forks init has no part in them.
+	streams, err := s.openStdio(spec, fork)
 	if err != nil {
+		h.closeInit()
+		h.statusR.Close()
+		return err
+	}
+	proc, err := forkInit(fork)
+	h.closeInit()
+	streams.closeInit()
+	if err != nil {
+		streams.closeHost()
 		h.statusR.Close()
 		return fmt.Errorf("start sandbox: %w", err)
 	}
-	s.cmd = cmd
+	s.proc = proc
+	streams.copy(s, spec)
 	go func() {
-		backend.AwaitExit(cmd.Process)
-		s.waitErr = cmd.Wait()
+		s.status, s.cpu, s.waitErr = proc.Wait()
+		streams.drain()
 		close(s.done)
 	}()
 	abort := func(e error) error {
-		_ = cmd.Process.Kill()
+		_ = proc.Signal(syscall.SIGKILL)
 		<-s.done
 		h.statusR.Close()
 		return e
@@ -83,7 +77,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 	}
 	h.configW.Close()
 	if h.layersHost != nil {
-		if err := sendLayers(h.layersHost, cmd.Process.Pid, p.RootLayers); err != nil {
+		if err := sendLayers(h.layersHost, proc.Pid(), p.RootLayers); err != nil {
 			return abort(&backend.SetupError{Msg: err.Error()})
 		}
 	}
@@ -99,6 +93,92 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 	go s.awaitExit(h.statusR)
 	return nil
 }
+
+// stdio is a sandbox's standard streams: init's ends of their pipes, and
+// the host's, which copy them to and from the spec's readers and writers.
+type stdio struct {
+	inW, outR, errR *os.File // the host's ends; inW and errR may be nil
+	init            []*os.File
+	copying         sync.WaitGroup
+}
+
+// openStdio makes the pipes of spec's standard streams and gives init's
+// ends to fork. One log (spec.oneLog) is one pipe for both.
+func (s *Sandbox) openStdio(spec *spec, fork *initFork) (*stdio, error) {
+	p := &spec.Policy
+	s.stdout = backend.NewCappedWriter(spec.Stdout, p.OutputLimit)
+	s.stderr = s.stdout
+	sio := &stdio{}
+	ok := false
+	defer func() {
+		if !ok {
+			sio.closeInit()
+			sio.closeHost()
+		}
+	}()
+	var err error
+	if sio.outR, fork.stdout, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	sio.init = append(sio.init, fork.stdout)
+	fork.stderr = fork.stdout
+	if !spec.oneLog {
+		s.stderr = backend.NewCappedWriter(spec.Stderr, p.OutputLimit)
+		if sio.errR, fork.stderr, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		sio.init = append(sio.init, fork.stderr)
+	}
+	if spec.Stdin != nil {
+		// Copied through a pipe: a terminal must never be handed to the
+		// sandbox.
+		if fork.stdin, sio.inW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		sio.init = append(sio.init, fork.stdin)
+	}
+	ok = true
+	return sio, nil
+}
+
+// copy starts copying the streams, once init holds its ends.
+func (sio *stdio) copy(s *Sandbox, spec *spec) {
+	pump := func(w io.Writer, r *os.File) {
+		sio.copying.Add(1)
+		go func() {
+			defer sio.copying.Done()
+			io.Copy(w, r)
+		}()
+	}
+	pump(s.stdout, sio.outR)
+	if sio.errR != nil {
+		pump(s.stderr, sio.errR)
+	}
+	if sio.inW != nil {
+		// Not waited for: a read of a terminal may block forever.
+		go func() {
+			io.Copy(sio.inW, spec.Stdin)
+			sio.inW.Close()
+		}()
+	}
+}
+
+// drain waits, once init has ended, for its output to be copied: the
+// pipes close when the last process of the sandbox is gone, which follows
+// init's death at once. Should something hold them open, a second bounds
+// the wait, as exec.Cmd.WaitDelay would.
+func (sio *stdio) drain() {
+	copied := make(chan struct{})
+	go func() { sio.copying.Wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(time.Second):
+	}
+	sio.closeHost()
+}
+
+func (sio *stdio) closeInit() { closeAll(sio.init) }
+func (sio *stdio) closeHost() { closeAll([]*os.File{sio.inW, sio.outR, sio.errR}) }
 
 // initConfig is what init is told of spec; handOver completes it with
 // the counts of the files it hands over.
@@ -132,43 +212,6 @@ func initConfig(spec *spec, bin *sandboxbin.Binary) nsinit.Config {
 	}
 }
 
-// initCmd is init's process, yet without its path, files and I/O: in new
-// namespaces, as the root of its own host id range from base.
-func initCmd(base int, netns *os.File) *exec.Cmd {
-	// A sandbox with a network is forked inside the namespace the host
-	// made for it; one without gets a new, empty one.
-	clone := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
-	if netns == nil {
-		clone |= unix.CLONE_NEWNET
-	}
-	return &exec.Cmd{
-		// Init is the sandbox binary, executed through a descriptor of it
-		// (the last of the files handed over, nsinit.FDs.Self), not by
-		// its path: the exec happens after the child became the
-		// sandbox's root, an unprivileged host uid that may not traverse
-		// the state directory. The magic link skips that lookup.
-		Args: []string{"airlock-sandbox", nsinit.Arg},
-		Env:  []string{},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: clone,
-			// The sandbox's own 65,536 ids: its root, its user, and
-			// whatever ids an image's files have.
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: hostIDRange}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: hostIDRange}},
-			// Without an explicit credential the child would keep host
-			// uid 0 (unmapped, but still the owner of root's files).
-			// Empty Groups drops host root's supplementary groups.
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-			GidMappingsEnableSetgroups: true,
-			// A new session: no controlling terminal to inject input into.
-			Setsid: true,
-			// If airlock dies, the kernel kills the sandbox's init, and
-			// with it every process of its pid namespace.
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-}
-
 // initFiles are the files the host hands init, each by its role in the
 // layout of init's descriptors (nsinit.FDs).
 type initFiles struct {
@@ -180,7 +223,7 @@ type initFiles struct {
 	self           *os.File // the sandbox binary, which the caller keeps
 }
 
-// order places the files where fds names them, as exec.Cmd.ExtraFiles
+// order places the files where fds names them, as initFork.files
 // (whose first is descriptor 3). A file missing or left over for its role
 // is an error: init would read another file in its place.
 func (f *initFiles) order(fds nsinit.FDs) ([]*os.File, error) {
@@ -233,9 +276,9 @@ type handover struct {
 
 // handOver opens what init is handed, by role, completes cfg with how
 // many there are of each, and places each at the descriptor that cfg's
-// layout (nsinit.FDs) names, in cmd. The files are the caller's to close
+// layout (nsinit.FDs) names, in fork. The files are the caller's to close
 // (closeInit, closeHost) unless it fails.
-func (s *Sandbox) handOver(spec *spec, cfg *nsinit.Config, cmd *exec.Cmd, bin *sandboxbin.Binary) (*handover, error) {
+func (s *Sandbox) handOver(spec *spec, cfg *nsinit.Config, fork *initFork, bin *sandboxbin.Binary) (*handover, error) {
 	h := &handover{releaseCgroup: func() {}}
 	ok := false
 	defer func() {
@@ -255,9 +298,13 @@ func (s *Sandbox) handOver(spec *spec, cfg *nsinit.Config, cmd *exec.Cmd, bin *s
 		return nil, err
 	}
 	// Init must be born in, or join before it runs anything, its cgroups.
-	if h.cgroups, h.releaseCgroup, err = s.cg.Enter(cmd.SysProcAttr); err != nil {
+	var attr syscall.SysProcAttr
+	if h.cgroups, h.releaseCgroup, err = s.cg.Enter(&attr); err != nil {
 		h.releaseCgroup = func() {}
 		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	if attr.UseCgroupFD {
+		fork.cgroupFD = attr.CgroupFD
 	}
 	cfg.CgroupFiles = len(h.cgroups)
 	if h.mounts, err = openMounts(cfg.Mounts, len(spec.Policy.Mounts)); err != nil {
@@ -278,10 +325,10 @@ func (s *Sandbox) handOver(spec *spec, cfg *nsinit.Config, cmd *exec.Cmd, bin *s
 	// Init's own binary last, which init closes first.
 	h.self = bin.File
 	fds := cfg.FDs()
-	if cmd.ExtraFiles, err = h.order(fds); err != nil {
+	if fork.files, err = h.order(fds); err != nil {
 		return nil, err
 	}
-	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", fds.Self)
+	fork.path = fmt.Sprintf("/proc/self/fd/%d", fds.Self)
 	ok = true
 	return h, nil
 }

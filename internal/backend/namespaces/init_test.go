@@ -199,7 +199,7 @@ func TestInitConfig(t *testing.T) {
 // Init's process: every namespace new but the network of a sandbox that
 // has one, the sandbox's ids mapped, its credentials explicit.
 func TestInitCmd(t *testing.T) {
-	cmd := initCmd(hostIDBase, nil)
+	cmd := initCmd(&initFork{base: hostIDBase, cgroupFD: -1})
 	a := cmd.SysProcAttr
 	all := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWNET)
 	if a.Cloneflags != all {
@@ -211,7 +211,7 @@ func TestInitCmd(t *testing.T) {
 	if c := a.Credential; c == nil || c.Uid != 0 || c.Gid != 0 || c.Groups == nil || len(c.Groups) != 0 {
 		t.Errorf("credential %+v: want uid 0, gid 0 and no groups, explicitly", c)
 	}
-	if !a.Setsid || a.Pdeathsig != syscall.SIGKILL || len(cmd.Env) != 0 || cmd.Args[1] != nsinit.Arg {
+	if !a.Setsid || a.Pdeathsig != syscall.SIGKILL || len(cmd.Env) != 0 || cmd.Args[1] != nsinit.Arg || cmd.Stdin != nil || a.UseCgroupFD {
 		t.Errorf("process %+v %+v", a, cmd)
 	}
 	netns, err := os.Open("/proc/self/ns/net")
@@ -219,7 +219,7 @@ func TestInitCmd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer netns.Close()
-	if f := initCmd(hostIDBase, netns).SysProcAttr.Cloneflags; f&unix.CLONE_NEWNET != 0 {
-		t.Errorf("a sandbox with a network gets a new one too: %#x", f)
+	if f := initCmd(&initFork{base: hostIDBase, netns: netns, cgroupFD: 7}).SysProcAttr; f.Cloneflags&unix.CLONE_NEWNET != 0 || !f.UseCgroupFD || f.CgroupFD != 7 {
+		t.Errorf("a sandbox with a network gets a new one too, or its cgroup is not set: %+v", f)
 	}
 }

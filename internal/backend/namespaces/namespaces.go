@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -172,13 +171,17 @@ type Sandbox struct {
 	lock           *runLock
 	releaseIDs     func() // frees the host id range (claimIDBase)
 	cg             *cgroups.Cgroup
-	cmd            *exec.Cmd
+	proc           initProc
 	stdout, stderr *backend.CappedWriter
 	started        time.Time
-	waitErr        error                // cmd.Wait's, valid once done is closed
-	done           chan struct{}        // closed when init has exited
-	exited         chan unix.WaitStatus // the command's status, as init reported it
-	upper          *os.File             // the writable layer's directory, for ExportRoot
+	// How init ended, valid once done is closed: its status, the CPU time
+	// of the whole sandbox, and an error if it could not be reaped.
+	status  unix.WaitStatus
+	cpu     time.Duration
+	waitErr error
+	done    chan struct{}        // closed when init has exited
+	exited  chan unix.WaitStatus // the command's status, as init reported it
+	upper   *os.File             // the writable layer's directory, for ExportRoot
 
 	waitOnce sync.Once
 	result   *backend.Result
@@ -249,7 +252,7 @@ func (s *Sandbox) Kill() {
 	select {
 	case <-s.done:
 	default:
-		_ = s.cmd.Process.Kill()
+		_ = s.proc.Signal(syscall.SIGKILL)
 		_ = s.cg.Freeze(context.Background(), false)
 	}
 }
@@ -269,14 +272,14 @@ func (s *Sandbox) finish() (*backend.Result, error) {
 	}
 	res := &backend.Result{Duration: time.Since(s.started)}
 	var errs []error
-	if s.waitErr != nil && !errors.As(s.waitErr, new(*exec.ExitError)) && !errors.Is(s.waitErr, exec.ErrWaitDelay) {
+	if s.waitErr != nil {
 		errs = append(errs, fmt.Errorf("wait: %w", s.waitErr))
 	}
 	// The command's own status, as init reported it; if init died first
 	// (killed, OOM, the host), its death is the command's.
 	ws, ok := <-s.exited
 	if !ok {
-		ws = unix.WaitStatus(s.cmd.ProcessState.Sys().(syscall.WaitStatus))
+		ws = s.status
 	}
 	res.ExitCode = ws.ExitStatus()
 	if ws.Signaled() {
@@ -284,7 +287,7 @@ func (s *Sandbox) finish() (*backend.Result, error) {
 	}
 	// Init's rusage includes every descendant it or the kernel reaped,
 	// and at the end of a pid namespace that is every process in it.
-	res.CPU = s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+	res.CPU = s.cpu
 	res.StdoutTruncated, res.StderrTruncated = s.stdout.Truncated(), s.stderr.Truncated()
 	// Whatever happened, nothing of the sandbox may outlive it. Its host
 	// ids are free again once nothing runs as them.

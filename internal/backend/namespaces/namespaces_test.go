@@ -509,7 +509,7 @@ time.sleep(30)
 	}
 	unix.Close(fd)
 	// NS_GET_OWNER_UID on the sandbox's user namespace.
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", sb.cmd.Process.Pid))
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", sb.proc.Pid()))
 	if err != nil {
 		t.Fatal(err)
 	}
