@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
 
@@ -42,6 +43,9 @@ func main() {
 		// Fail closed: a descriptor left open would reach every sandbox.
 		fmt.Fprintln(os.Stderr, "airlock: cannot mark inherited descriptors close-on-exec:", err)
 		os.Exit(1)
+	}
+	if len(os.Args) > 1 && os.Args[1] == namespaces.SpawnerArg {
+		os.Exit(namespaces.ServeSpawner()) // a daemon's, not a command
 	}
 	os.Exit(exitCode(run(os.Args[1:])))
 }

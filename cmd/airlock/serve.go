@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/apikey"
+	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
@@ -40,6 +41,9 @@ func serveCmd(args []string) error {
 		return usageError{err.Error()}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// The daemon grows with its sandboxes; a small process forks their
+	// inits for it (internal/backend/namespaces/spawner.go).
+	namespaces.ForkThroughSpawner()
 	d, err := daemon.New(ctx, cfg, daemon.Options{Log: log})
 	if err != nil {
 		return err

@@ -29,6 +29,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == SpawnerArg {
+		os.Exit(ServeSpawner()) // TestSpawnerProcess's
+	}
 	lo, hi := HostUIDs()
 	airlocktest.SandboxUIDs = [2]int{lo, hi}
 	if airlocktest.DefaultStateDir != DefaultStateDir {

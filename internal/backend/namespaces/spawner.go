@@ -1,0 +1,434 @@
+package namespaces
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/backend"
+)
+
+// A daemon forks its sandboxes' inits through a spawner process: itself,
+// started again in a mode of its own (SpawnerArg), that forks each init
+// as forkOnThread would and reports it to the daemon.
+//
+// Why a process: each init is forked with CLONE_NEWUSER, and Go then
+// forks without CLONE_VM (the parent writes the child's id maps while
+// the child waits): the kernel copies the forking process's page tables,
+// and marks all of its memory copy-on-write until the child execs. A
+// daemon holding thousands of sandboxes is hundreds of MiB; the spawner
+// is a few. Forking the daemon was half of its CPU time per create.
+//
+// The daemon and the spawner share a socket pair and nothing else. The
+// daemon sends each fork (spawnRequest) with its files (SCM_RIGHTS); the
+// spawner answers with init's pid and a pidfd of it, and later with how
+// init ended (spawnReport). Deaths chain: the spawner dies with the
+// daemon, every init with the spawner (Pdeathsig, both).
+
+// SpawnerArg, as a program's first argument, makes it a spawner: see
+// ServeSpawner.
+const SpawnerArg = "airlock-spawner"
+
+// ForkThroughSpawner makes this process fork every sandbox's init through
+// a spawner process started from its own executable, which must call
+// ServeSpawner when given SpawnerArg. Call it before any sandbox starts.
+func ForkThroughSpawner() { forkInit = spawners.fork }
+
+// spawnRequest is a fork, sent with its files in this order: stdin (if
+// Stdin), stdout, stderr, the network namespace (if NetNS), the cgroup
+// (if Cgroup), then init's descriptors 3, 4, ….
+type spawnRequest struct {
+	ID     uint64
+	Base   int
+	Path   string
+	Stdin  bool
+	NetNS  bool
+	Cgroup bool
+}
+
+// spawnReport is a fork's outcome: Pid (with init's pidfd as the report's
+// one file) or Err; then, once init has ended, Exited with its status and
+// the CPU time of init and its reaped descendants.
+type spawnReport struct {
+	ID     uint64
+	Pid    int    `json:",omitempty"`
+	Err    string `json:",omitempty"`
+	Exited bool   `json:",omitempty"`
+	Status uint32 `json:",omitempty"`
+	CPU    int64  `json:",omitempty"` // nanoseconds
+}
+
+// maxSpawnFiles bounds the files of one request: the kernel passes at
+// most 253 (SCM_MAX_FD) in one message.
+const maxSpawnFiles = 250
+
+// ServeSpawner serves the spawner's socket, descriptor 3, until the daemon
+// closes it, and returns the process's exit code.
+func ServeSpawner() int {
+	const sock = 3
+	// Inits are forked from here: the socket must not reach them, or a
+	// sandbox could ask for forks as root. Go opens every other
+	// descriptor close-on-exec.
+	if _, err := unix.FcntlInt(sock, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock spawner: socket:", err)
+		return 1
+	}
+	var sendMu sync.Mutex
+	send := func(r spawnReport, file int) {
+		msg, _ := json.Marshal(r)
+		var oob []byte
+		if file >= 0 {
+			oob = unix.UnixRights(file)
+		}
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if err := unix.Sendmsg(sock, msg, oob, nil, 0); err != nil {
+			os.Exit(1) // the daemon is gone: so are its sandboxes
+		}
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(maxSpawnFiles*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return 0
+		}
+		files, err := receivedFiles(oob[:oobn])
+		var req spawnRequest
+		if err == nil {
+			err = json.Unmarshal(buf[:n], &req)
+		}
+		var proc childInit
+		if err == nil {
+			proc, err = spawnFor(&req, files)
+		}
+		closeAll(files)
+		if err != nil {
+			send(spawnReport{ID: req.ID, Err: err.Error()}, -1)
+			continue
+		}
+		pidfd := -1
+		proc.cmd.Process.WithHandle(func(fd uintptr) {
+			pidfd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		})
+		if pidfd < 0 {
+			// Without a pidfd the daemon could not signal init safely.
+			proc.Signal(syscall.SIGKILL)
+			proc.Wait()
+			send(spawnReport{ID: req.ID, Err: "no pidfd for init"}, -1)
+			continue
+		}
+		send(spawnReport{ID: req.ID, Pid: proc.Pid()}, pidfd)
+		unix.Close(pidfd)
+		go func() {
+			status, cpu, err := proc.Wait()
+			r := spawnReport{ID: req.ID, Exited: true, Status: uint32(status), CPU: int64(cpu)}
+			if err != nil {
+				r.Err = err.Error()
+			}
+			send(r, -1)
+		}()
+	}
+}
+
+// spawnFor forks the init that req and its files describe.
+func spawnFor(req *spawnRequest, files []*os.File) (childInit, error) {
+	f := &initFork{base: req.Base, path: req.Path, cgroupFD: -1}
+	take := func() *os.File {
+		if len(files) == 0 {
+			return nil
+		}
+		file := files[0]
+		files = files[1:]
+		return file
+	}
+	if req.Stdin {
+		f.stdin = take()
+	}
+	f.stdout, f.stderr = take(), take()
+	if req.NetNS {
+		f.netns = take()
+	}
+	if req.Cgroup {
+		if cg := take(); cg != nil {
+			f.cgroupFD = int(cg.Fd())
+		}
+	}
+	f.files = files
+	if f.stderr == nil || (req.NetNS && f.netns == nil) || (req.Cgroup && f.cgroupFD < 0) {
+		return childInit{}, errors.New("spawner: files missing from the request")
+	}
+	p, err := forkOnThread(f)
+	if err != nil {
+		return childInit{}, err
+	}
+	return p.(childInit), nil
+}
+
+// receivedFiles are the descriptors of a message's SCM_RIGHTS.
+func receivedFiles(oob []byte) ([]*os.File, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			closeAll(files)
+			return nil, err
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), "spawned"))
+		}
+	}
+	return files, nil
+}
+
+// The daemon's side.
+
+// spawnerSet is the spawner process of this one, started when first
+// needed and again after it died.
+type spawnerSet struct {
+	mu      sync.Mutex
+	current *spawner
+}
+
+var spawners spawnerSet
+
+// spawner is one spawner process, as the daemon sees it.
+type spawner struct {
+	sock   int
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	next   uint64
+	procs  map[uint64]*spawnedInit // forks asked for, until their init has ended
+	dead   bool
+}
+
+// fork forks f through the spawner, starting one if none runs.
+func (set *spawnerSet) fork(f *initFork) (initProc, error) {
+	set.mu.Lock()
+	sp := set.current
+	if sp == nil || sp.isDead() {
+		var err error
+		if sp, err = startSpawner(); err != nil {
+			set.mu.Unlock()
+			return nil, err
+		}
+		set.current = sp
+	}
+	set.mu.Unlock()
+	return sp.fork(f)
+}
+
+// startSpawner starts a spawner from this process's executable. It is
+// forked on the spawner thread, which never exits: the spawner's parent-
+// death signal fires when the thread that forked it does (spawn.go).
+func startSpawner() (*spawner, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("spawner socket: %w", err)
+	}
+	theirs := os.NewFile(uintptr(pair[1]), "spawner")
+	defer theirs.Close()
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{"airlock", SpawnerArg},
+		Env:         []string{},
+		Stderr:      os.Stderr,
+		ExtraFiles:  []*os.File{theirs},
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	onSpawner(func() { err = cmd.Start() })
+	if err != nil {
+		unix.Close(pair[0])
+		return nil, fmt.Errorf("start the spawner: %w", err)
+	}
+	sp := &spawner{sock: pair[0], procs: map[uint64]*spawnedInit{}}
+	go func() {
+		backend.AwaitExit(cmd.Process)
+		cmd.Wait()
+	}()
+	go sp.read()
+	return sp, nil
+}
+
+func (sp *spawner) isDead() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.dead
+}
+
+// fork sends f and waits for the spawner's answer.
+func (sp *spawner) fork(f *initFork) (initProc, error) {
+	req := spawnRequest{Base: f.base, Path: f.path, Stdin: f.stdin != nil, NetNS: f.netns != nil, Cgroup: f.cgroupFD >= 0}
+	var fds []int
+	if f.stdin != nil {
+		fds = append(fds, int(f.stdin.Fd()))
+	}
+	fds = append(fds, int(f.stdout.Fd()), int(f.stderr.Fd()))
+	if f.netns != nil {
+		fds = append(fds, int(f.netns.Fd()))
+	}
+	if f.cgroupFD >= 0 {
+		fds = append(fds, f.cgroupFD)
+	}
+	for _, file := range f.files {
+		fds = append(fds, int(file.Fd()))
+	}
+	if len(fds) > maxSpawnFiles {
+		return nil, fmt.Errorf("init would get %d files, more than %d", len(fds), maxSpawnFiles)
+	}
+	p := &spawnedInit{started: make(chan spawnReport, 1), ended: make(chan spawnReport, 1)}
+	sp.mu.Lock()
+	if sp.dead {
+		sp.mu.Unlock()
+		return nil, errSpawnerDied
+	}
+	sp.next++
+	req.ID = sp.next
+	sp.procs[req.ID] = p
+	sp.mu.Unlock()
+	msg, err := json.Marshal(&req)
+	if err == nil {
+		sp.sendMu.Lock()
+		err = unix.Sendmsg(sp.sock, msg, unix.UnixRights(fds...), nil, 0)
+		sp.sendMu.Unlock()
+	}
+	if err != nil {
+		sp.forget(req.ID)
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	r := <-p.started
+	if r.Err != "" {
+		sp.forget(req.ID)
+		return nil, errors.New(r.Err)
+	}
+	p.pid = r.Pid
+	return p, nil
+}
+
+var errSpawnerDied = errors.New("the spawner process died")
+
+func (sp *spawner) forget(id uint64) {
+	sp.mu.Lock()
+	delete(sp.procs, id)
+	sp.mu.Unlock()
+}
+
+// read takes the spawner's reports to their forks until it dies.
+func (sp *spawner) read() {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(sp.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			sp.died()
+			return
+		}
+		files, ferr := receivedFiles(oob[:oobn])
+		var r spawnReport
+		if json.Unmarshal(buf[:n], &r) != nil || ferr != nil {
+			// Cannot happen: the spawner is this program. Should it, no
+			// fork may wait for an answer that will not come: the
+			// spawner exits once its socket is closed, and its inits
+			// with it.
+			closeAll(files)
+			sp.died()
+			return
+		}
+		sp.mu.Lock()
+		p := sp.procs[r.ID]
+		if r.Exited {
+			delete(sp.procs, r.ID)
+		}
+		sp.mu.Unlock()
+		switch {
+		case p == nil:
+			closeAll(files)
+		case r.Exited:
+			p.ended <- r
+		default:
+			if len(files) == 1 {
+				p.pidfd = files[0]
+			} else if r.Err == "" {
+				closeAll(files)
+				r.Err = "spawner: no pidfd for init"
+			}
+			p.started <- r
+		}
+	}
+}
+
+// died ends every fork of a spawner that is gone: one not yet started
+// fails; a started init was killed with it (Pdeathsig), and is reported
+// so once its pidfd says it has ended.
+func (sp *spawner) died() {
+	sp.mu.Lock()
+	sp.dead = true
+	procs := sp.procs
+	sp.procs = nil
+	sp.mu.Unlock()
+	unix.Close(sp.sock)
+	for _, p := range procs {
+		if p.pidfd == nil {
+			p.started <- spawnReport{Err: errSpawnerDied.Error()}
+			continue
+		}
+		go func() {
+			fds := []unix.PollFd{{Fd: int32(p.pidfd.Fd()), Events: unix.POLLIN}}
+			for {
+				if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+					break
+				}
+			}
+			p.ended <- spawnReport{Exited: true, Status: uint32(syscall.SIGKILL), Err: errSpawnerDied.Error()}
+		}()
+	}
+}
+
+// spawnedInit is an init forked by a spawner.
+type spawnedInit struct {
+	pid     int
+	started chan spawnReport
+	ended   chan spawnReport
+	mu      sync.Mutex
+	pidfd   *os.File // nil once init has been reaped
+}
+
+func (p *spawnedInit) Pid() int { return p.pid }
+
+func (p *spawnedInit) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pidfd == nil {
+		return os.ErrProcessDone
+	}
+	return unix.PidfdSendSignal(int(p.pidfd.Fd()), sig, nil, 0)
+}
+
+func (p *spawnedInit) Wait() (unix.WaitStatus, time.Duration, error) {
+	r := <-p.ended
+	p.mu.Lock()
+	p.pidfd.Close()
+	p.pidfd = nil
+	p.mu.Unlock()
+	if r.Err != "" && r.Err != errSpawnerDied.Error() {
+		return 0, 0, errors.New(r.Err)
+	}
+	return unix.WaitStatus(r.Status), time.Duration(r.CPU), nil
+}
