@@ -174,6 +174,11 @@ type Usage struct {
 	// cannot say.
 	MaxMemory int64
 	OOMKills  uint64
+	// Disk is what the box's writable file systems hold, in bytes, where
+	// the host measures it (DiskMeasured); where it does not, the daemon
+	// asks the box's agent.
+	Disk         int64
+	DiskMeasured bool
 }
 
 // Spec is one execution: what to run, under which policy, with which I/O.

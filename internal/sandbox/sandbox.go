@@ -133,9 +133,10 @@ type Usage struct {
 	Disk       int64 // bytes its writable file systems hold
 }
 
-// Usage measures s now. Its disk use comes from the agent, which is as
-// untrusted as the code: it is bounded, and only ever shown to the
-// sandbox's own client; an agent that does not answer counts as 0.
+// Usage measures s now. Its disk use comes from the backend where the
+// host measures it, or else from the agent, which is as untrusted as the
+// code: it is bounded, and only ever shown to the sandbox's own client;
+// an agent that does not answer counts as 0.
 func (s *Sandbox) Usage(ctx context.Context) (Usage, error) { return s.usage(ctx, &s.apiMark) }
 
 // cpuMark is a sandbox's CPU time so far at a moment.
@@ -155,7 +156,10 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 		return Usage{}, err
 	}
 	u := Usage{Memory: bu.Memory, Cache: bu.Cache}
-	if !s.Paused() { // a paused agent answers nothing
+	switch {
+	case bu.DiskMeasured:
+		u.Disk = min(max(bu.Disk, 0), s.DiskMB<<20)
+	case !s.Paused(): // a paused agent answers nothing
 		u.Disk = s.diskUsage(ctx)
 	}
 	now := s.clock.Now()

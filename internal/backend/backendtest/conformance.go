@@ -282,7 +282,8 @@ func (s *suite) files(t *testing.T) {
 }
 
 // Usage answers while the box runs; a backend that measures reports the
-// memory its agent uses.
+// memory its agent uses, and the disk, where it measures that, grows with
+// a file written.
 func (s *suite) usage(t *testing.T) {
 	inst := s.start(t, TestPolicy())
 	u, err := inst.Usage(t.Context())
@@ -295,6 +296,21 @@ func (s *suite) usage(t *testing.T) {
 	}
 	if u.Cache < 0 || u.Cache > u.Memory {
 		t.Errorf("page cache %d of %d bytes in use", u.Cache, u.Memory)
+	}
+	if !u.DiskMeasured {
+		return
+	}
+	// What the host measures of the disk follows what the box writes.
+	const size = 4 << 20
+	if err := writeFile(t.Context(), inst, "/tmp/fill", bytes.NewReader(make([]byte, size))); err != nil {
+		t.Fatal(err)
+	}
+	after, err := inst.Usage(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.DiskMeasured || after.Disk-u.Disk < size {
+		t.Errorf("disk %d bytes, then %d after writing %d (measured: %v)", u.Disk, after.Disk, size, after.DiskMeasured)
 	}
 }
 

@@ -146,13 +146,36 @@ func (s *agentSandbox) ExportRoot(ctx context.Context, w io.Writer) error {
 // Resume restarts a paused sandbox.
 func (s *agentSandbox) Resume(ctx context.Context) error { return s.cg.Freeze(ctx, false) }
 
-// Usage is what the sandbox's cgroup has counted.
+// Usage is what the sandbox's cgroup has counted, and what its root's file
+// system holds.
 func (s *agentSandbox) Usage(context.Context) (backend.Usage, error) {
 	st, err := s.cg.Stats()
 	if err != nil {
 		return backend.Usage{}, fmt.Errorf("sandbox %s: %w", s.ID, err)
 	}
-	return backend.Usage{Memory: st.Memory, Cache: st.Cache, CPU: st.CPU, MaxMemory: st.MaxMemory, OOMKills: st.OOMKills}, nil
+	u := backend.Usage{Memory: st.Memory, Cache: st.Cache, CPU: st.CPU, MaxMemory: st.MaxMemory, OOMKills: st.OOMKills}
+	u.Disk, err = s.diskUsed()
+	u.DiskMeasured = err == nil
+	return u, nil
+}
+
+// diskUsed is what the sandbox's writable file system holds: the tmpfs
+// that is its root, or that an image root's overlay writes to (overlayfs
+// reports its upper layer's). It is measured from the host, on init's
+// root opened O_PATH (initRoot), where no path is followed: the daemon
+// would otherwise ask each agent every few seconds, a wake-up of every
+// idle sandbox and a connection held to each.
+func (s *agentSandbox) diskUsed() (int64, error) {
+	root, err := s.initRoot()
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(root)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(root, &fs); err != nil {
+		return 0, err
+	}
+	return int64(fs.Blocks-fs.Bfree) * fs.Bsize, nil
 }
 
 // initRoot opens the root of the sandbox's init, O_PATH. Init is reaped
