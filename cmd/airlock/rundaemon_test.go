@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/nettest"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // startRunServer starts an airlock serve whose pool airlock run takes
@@ -72,7 +73,7 @@ func TestRunThroughDaemon(t *testing.T) {
 		args := func(mode string) []string {
 			return append([]string{"run", "--daemon", mode, "--state-dir", s.stateDir}, c.args...)
 		}
-		direct, daemon := airlock(t, c.stdin, args("never")...), airlock(t, c.stdin, args("always")...)
+		direct, daemon := airlock(t, c.stdin, args("never")...), whenPooled(t, c.stdin, args("always")...)
 		if strings.Contains(daemon.stderr, "--daemon always") {
 			t.Errorf("%s: not run through the daemon: %s", c.name, daemon.stderr)
 			continue
@@ -98,6 +99,19 @@ func TestRunThroughDaemon(t *testing.T) {
 		}
 		if r := airlock(t, "", append([]string{"run", "--state-dir", s.stateDir}, args...)...); r.code != 0 {
 			t.Errorf("auto %q: exit %d %q, want it run directly", args, r.code, r.stderr)
+		}
+	}
+}
+
+// whenPooled runs airlock run --daemon always once the daemon has a pooled
+// sandbox: it declines a run, before anything runs, while its pool is
+// refilling from the run before, which under load may outlast a direct run.
+func whenPooled(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		r := airlock(t, stdin, args...)
+		if !strings.Contains(r.stderr, sandbox.ErrPoolEmpty.Error()) || time.Now().After(deadline) {
+			return r
 		}
 	}
 }
