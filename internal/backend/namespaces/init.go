@@ -77,7 +77,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 	}
 	h.configW.Close()
 	if h.layersHost != nil {
-		if err := sendLayers(h.layersHost, proc.Pid(), p.RootLayers); err != nil {
+		if err := sendLayers(h.layersHost, proc, p.RootLayers); err != nil {
 			return abort(&backend.SetupError{Msg: err.Error()})
 		}
 	}

@@ -21,13 +21,18 @@ import (
 // none of it.
 
 // sendLayers clones dirs as idmapped mounts for the user namespace of
-// process pid and sends them over sock.
-func sendLayers(sock *os.File, pid int, dirs []string) error {
-	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+// init and sends them over sock. The namespace is opened by pid, then init
+// checked alive through its pidfd (as initRoot does): alive after the
+// open, it was init's namespace that was opened.
+func sendLayers(sock *os.File, init initProc, dirs []string) error {
+	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", init.Pid()))
 	if err != nil {
 		return fmt.Errorf("sandbox user namespace: %w", err)
 	}
 	defer userns.Close()
+	if err := init.Signal(0); err != nil {
+		return fmt.Errorf("sandbox init: %w", err)
+	}
 	var fds []int
 	defer func() {
 		for _, fd := range fds {

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == SpawnerArg {
 		os.Exit(ServeSpawner()) // TestSpawnerProcess's
 	}
+	if os.Getenv(spawnerParentEnv) != "" {
+		os.Exit(spawnerParent()) // TestSpawnerDiesWithDaemon's
+	}
 	lo, hi := HostUIDs()
 	airlocktest.SandboxUIDs = [2]int{lo, hi}
 	if airlocktest.DefaultStateDir != DefaultStateDir {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -30,7 +32,8 @@ import (
 // daemon sends each fork (spawnRequest) with its files (SCM_RIGHTS); the
 // spawner answers with init's pid and a pidfd of it, and later with how
 // init ended (spawnReport). Deaths chain: the spawner dies with the
-// daemon, every init with the spawner (Pdeathsig, both).
+// daemon (its parent-death signal, and the end of its socket), every init
+// with the spawner (its parent-death signal).
 
 // SpawnerArg, as a program's first argument, makes it a spawner: see
 // ServeSpawner.
@@ -51,6 +54,7 @@ type spawnRequest struct {
 	Stdin  bool
 	NetNS  bool
 	Cgroup bool
+	Files  int // how many files the message carries in all
 }
 
 // spawnReport is a fork's outcome: Pid (with init's pidfd as the report's
@@ -80,6 +84,17 @@ func ServeSpawner() int {
 		fmt.Fprintln(os.Stderr, "airlock spawner: socket:", err)
 		return 1
 	}
+	// The parent-death signal that ends the spawner with the daemon is
+	// this thread's: the kernel clears it when a thread's credentials
+	// change, as the spawner thread's do for each fork (asOwner). Keep
+	// this goroutine on this thread, so that the spawner thread is
+	// another. Should the daemon have died before, the socket's end says
+	// so below.
+	runtime.LockOSThread()
+	// A terminal's ^C or a signal to the daemon's whole group is the
+	// daemon's to handle (it ends its sandboxes in order): caught here,
+	// not ignored, so that inits do not inherit the disposition.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	var sendMu sync.Mutex
 	send := func(r spawnReport, file int) {
 		msg, _ := json.Marshal(r)
@@ -89,29 +104,39 @@ func ServeSpawner() int {
 		}
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		if err := unix.Sendmsg(sock, msg, oob, nil, 0); err != nil {
+		if err := unix.Sendmsg(sock, msg, oob, nil, unix.MSG_NOSIGNAL); err != nil {
 			os.Exit(1) // the daemon is gone: so are its sandboxes
 		}
 	}
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(maxSpawnFiles*4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil || n == 0 {
-			return 0
+			return 0 // the daemon closed its end, or died
 		}
 		files, err := receivedFiles(oob[:oobn])
 		var req spawnRequest
+		if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			err = errors.New("message truncated")
+		}
 		if err == nil {
 			err = json.Unmarshal(buf[:n], &req)
 		}
-		var proc childInit
-		if err == nil {
-			proc, err = spawnFor(&req, files)
+		if err == nil && req.Files != len(files) {
+			err = fmt.Errorf("%d files for a request of %d", len(files), req.Files)
 		}
+		if err != nil {
+			// Cannot happen: the daemon is this program. Should it, the
+			// daemon learns of it from the socket's end, and fails
+			// every fork it waits for.
+			fmt.Fprintln(os.Stderr, "airlock spawner: malformed request:", err)
+			return 1
+		}
+		proc, err := spawnFor(&req, files)
 		closeAll(files)
 		if err != nil {
 			send(spawnReport{ID: req.ID, Err: err.Error()}, -1)
@@ -175,22 +200,27 @@ func spawnFor(req *spawnRequest, files []*os.File) (childInit, error) {
 	return p.(childInit), nil
 }
 
-// receivedFiles are the descriptors of a message's SCM_RIGHTS.
+// receivedFiles are the descriptors of a message's SCM_RIGHTS. On an
+// error, those it found are closed.
 func receivedFiles(oob []byte) ([]*os.File, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, err
 	}
-	var files []*os.File
+	var fds []int
 	for _, m := range msgs {
-		fds, err := unix.ParseUnixRights(&m)
+		got, err := unix.ParseUnixRights(&m)
 		if err != nil {
-			closeAll(files)
-			return nil, err
+			continue
 		}
-		for _, fd := range fds {
-			files = append(files, os.NewFile(uintptr(fd), "spawned"))
-		}
+		fds = append(fds, got...)
+	}
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		files[i] = os.NewFile(uintptr(fd), "spawned")
+	}
+	if len(msgs) > 0 && len(fds) == 0 {
+		return nil, errors.New("control message without descriptors")
 	}
 	return files, nil
 }
@@ -209,7 +239,8 @@ var spawners spawnerSet
 // spawner is one spawner process, as the daemon sees it.
 type spawner struct {
 	sock   int
-	sendMu sync.Mutex
+	sendMu sync.Mutex // held for each send, and to close sock
+	closed bool       // sock is closed: its number may be another file's
 	mu     sync.Mutex
 	next   uint64
 	procs  map[uint64]*spawnedInit // forks asked for, until their init has ended
@@ -290,6 +321,7 @@ func (sp *spawner) fork(f *initFork) (initProc, error) {
 	if len(fds) > maxSpawnFiles {
 		return nil, fmt.Errorf("init would get %d files, more than %d", len(fds), maxSpawnFiles)
 	}
+	req.Files = len(fds)
 	p := &spawnedInit{started: make(chan spawnReport, 1), ended: make(chan spawnReport, 1)}
 	sp.mu.Lock()
 	if sp.dead {
@@ -303,7 +335,11 @@ func (sp *spawner) fork(f *initFork) (initProc, error) {
 	msg, err := json.Marshal(&req)
 	if err == nil {
 		sp.sendMu.Lock()
-		err = unix.Sendmsg(sp.sock, msg, unix.UnixRights(fds...), nil, 0)
+		if sp.closed {
+			err = errSpawnerDied
+		} else {
+			err = unix.Sendmsg(sp.sock, msg, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL)
+		}
 		sp.sendMu.Unlock()
 	}
 	if err != nil {
@@ -332,7 +368,7 @@ func (sp *spawner) read() {
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(sp.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, _, err := unix.Recvmsg(sp.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
 			continue
 		}
@@ -342,7 +378,7 @@ func (sp *spawner) read() {
 		}
 		files, ferr := receivedFiles(oob[:oobn])
 		var r spawnReport
-		if json.Unmarshal(buf[:n], &r) != nil || ferr != nil {
+		if json.Unmarshal(buf[:n], &r) != nil || ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 			// Cannot happen: the spawner is this program. Should it, no
 			// fork may wait for an answer that will not come: the
 			// spawner exits once its socket is closed, and its inits
@@ -363,11 +399,13 @@ func (sp *spawner) read() {
 		case r.Exited:
 			p.ended <- r
 		default:
-			if len(files) == 1 {
+			if len(files) == 1 && r.Err == "" {
 				p.pidfd = files[0]
-			} else if r.Err == "" {
+			} else {
 				closeAll(files)
-				r.Err = "spawner: no pidfd for init"
+				if r.Err == "" {
+					r.Err = "spawner: no pidfd for init"
+				}
 			}
 			p.started <- r
 		}
@@ -383,7 +421,11 @@ func (sp *spawner) died() {
 	procs := sp.procs
 	sp.procs = nil
 	sp.mu.Unlock()
+	// No send may be under way, or follow, once the number is free.
+	sp.sendMu.Lock()
+	sp.closed = true
 	unix.Close(sp.sock)
+	sp.sendMu.Unlock()
 	for _, p := range procs {
 		if p.pidfd == nil {
 			p.started <- spawnReport{Err: errSpawnerDied.Error()}
