@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"internal/layout":     {"internal/policy"},
 	"internal/backend":    {"internal/policy"},
 
-	"internal/backend/namespaces": {"internal/backend", "internal/backend/namespaces/nsinit", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin"},
+	"internal/backend/namespaces": {"internal/backend", "internal/backend/namespaces/nsinit", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin", "internal/rangelock"},
 	"internal/backend/gvisor":     {"internal/backend", "internal/cgroups", "internal/layout", "internal/policy", "internal/agentproto", "internal/ocilayer", "internal/sandboxbin"},
 	// The namespaces sandbox's init, inside it: the sandbox binary's.
 	"internal/backend/namespaces/nsinit": {"internal/layout", "internal/policy", "internal/agentproto"},
@@ -56,6 +56,8 @@ var allowed = map[string][]string{
 	"internal/console":    {},
 	"internal/sandboxbin": {},
 	"internal/clusterbin": {},
+	// Byte-range locks of the host's shared files: a leaf.
+	"internal/rangelock": {},
 	// The router and a node's registration, over the API server and the
 	// nodes' own APIs: it knows no other package of the daemon.
 	"internal/cluster":             {"internal/sandboxid"},
@@ -98,7 +100,7 @@ var allowed = map[string][]string{
 
 	// The network's host side: a peer of the backends, which never see
 	// more of it than a namespace to run in.
-	"internal/netpolicy": {"internal/layout", "internal/policy"},
+	"internal/netpolicy": {"internal/layout", "internal/policy", "internal/rangelock"},
 	"internal/nettest":   {},
 
 	// Images templates are made of: a store on the host, for the daemon.

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/rangelock"
 )
 
 // resolverAddr is the address every sandbox's /etc/resolv.conf names
@@ -223,7 +223,7 @@ func (h *Host) ownAddrs() []netip.Addr {
 type Attachment struct {
 	host   *Host
 	slot   int
-	lock   *os.File // holds slot (claimSlot)
+	locked bool // holds slot (claimSlot)
 	ns     *os.File
 	link   link
 	ports  ports // in the host's table once set
@@ -255,9 +255,10 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	a.Name(id)
 	a.filter.special, a.filter.local = h.special, h.local
 	a.pol.Store(compile(pol))
-	if a.slot, a.lock, err = claimSlot(h.slots()); err != nil {
+	if a.slot, err = claimSlot(h.slots()); err != nil {
 		return nil, err
 	}
+	a.locked = true
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -392,8 +393,8 @@ func (a *Attachment) Close() error {
 		if a.ns != nil {
 			a.ns.Close()
 		}
-		if a.lock != nil && len(errs) == 0 {
-			a.lock.Close()
+		if a.locked && len(errs) == 0 {
+			slotLocks.Unlock(int64(a.slot))
 		}
 		a.closeErr = errors.Join(errs...)
 	})
@@ -418,8 +419,7 @@ func (h *Host) Cleanup() error {
 		if !ok {
 			continue
 		}
-		lock, err := lockSlot(slot)
-		if err != nil {
+		if slotLocks.TryLock(int64(slot)) != nil {
 			continue // alive, or a lock we cannot take: leave it
 		}
 		if i < len(mapped) {
@@ -430,7 +430,7 @@ func (h *Host) Cleanup() error {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		lock.Close()
+		slotLocks.Unlock(int64(slot))
 	}
 	return errors.Join(errs...)
 }
@@ -459,38 +459,27 @@ func (h *Host) slots() int { return min(1<<(32-h.subnet.Bits())/4, 1<<16) }
 // slotLockFile holds a byte-range lock per slot in use, taken by every
 // airlock process on the host: two sandboxes never share addresses,
 // interface or table names, and a crash frees its slots (the kernel drops
-// the locks of a dead process).
+// the locks of a dead process). A process takes them all through one
+// open description (rangelock): a slot costs no descriptor.
 const slotLockFile = "/run/airlock-net.lock"
 
-func lockSlot(slot int) (*os.File, error) {
-	f, err := os.OpenFile(slotLockFile, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("network slot lock: %w", err)
-	}
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(slot), Len: 1}
-	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
+var slotLocks = &rangelock.Locks{Path: slotLockFile}
 
 // claimSlot takes a free slot of n (slot 0 is never one), starting at a
 // random one: a slot just freed may still hold a veth pair the kernel is
 // deleting.
-func claimSlot(n int) (int, *os.File, error) {
+func claimSlot(n int) (int, error) {
 	start := rand.IntN(n - 1)
 	for i := range n - 1 {
 		slot := 1 + (start+i)%(n-1)
-		f, err := lockSlot(slot)
-		if err == nil {
-			return slot, f, nil
-		}
-		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
-			return 0, nil, err
+		switch err := slotLocks.TryLock(int64(slot)); {
+		case err == nil:
+			return slot, nil
+		case !errors.Is(err, rangelock.ErrBusy):
+			return 0, fmt.Errorf("network slot lock: %w", err)
 		}
 	}
-	return 0, nil, fmt.Errorf("no free network slot: the subnet holds %d sandboxes", n-1)
+	return 0, fmt.Errorf("no free network slot: the subnet holds %d sandboxes", n-1)
 }
 
 func bindToDevice(name string) func(string, string, syscall.RawConn) error {

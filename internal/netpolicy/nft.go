@@ -117,7 +117,8 @@ func dropUnusedTable() error {
 	}
 	defer f.Close()
 	// Every slot's byte: GETLK reports a lock of another open file
-	// description, and each slot has its own (lockSlot).
+	// description, and slots are held through their processes' own
+	// (slotLocks), never this one.
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 1, Len: 0}
 	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
 		return fmt.Errorf("network lock: %w", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/rangelock"
 	"github.com/airlock-sandbox/airlock/internal/sandboxbin"
 )
 
@@ -29,7 +30,7 @@ import (
 type Backend struct {
 	stateDir string
 	log      *slog.Logger
-	runs     *rangeLocks // <state dir>/runs.lock (state.go)
+	runs     *rangelock.Locks // <state dir>/runs.lock (state.go)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -41,7 +42,7 @@ const DefaultStateDir = "/run/airlock"
 // New returns the backend keeping its state in stateDir; agents' logs go
 // to log.
 func New(stateDir string, log *slog.Logger) *Backend {
-	return &Backend{stateDir: stateDir, log: log, runs: &rangeLocks{path: filepath.Join(stateDir, runsLockFile)}}
+	return &Backend{stateDir: stateDir, log: log, runs: &rangelock.Locks{Path: filepath.Join(stateDir, runsLockFile)}}
 }
 
 // Name is "namespaces".
@@ -85,11 +86,11 @@ func HostUIDs() (lo, hi int) { return hostIDBase, hostIDBase + hostIDSlots*hostI
 // per-user budgets (RLIMIT_NPROC, inotify instances, queued signals).
 const uidLockFile = "/run/airlock-uids.lock"
 
-var uidLocks = &rangeLocks{path: uidLockFile}
+var uidLocks = &rangelock.Locks{Path: uidLockFile}
 
 // claimIDBase picks a free host id range at random and holds it until
 // release is called: a lock that the kernel drops when its owner dies,
-// so a crash leaks none (rangeLocks).
+// so a crash leaks none (rangelock.Locks).
 func claimIDBase() (base int, release func(), err error) {
 	for range 64 {
 		var b [2]byte
@@ -97,10 +98,10 @@ func claimIDBase() (base int, release func(), err error) {
 			return 0, nil, err
 		}
 		slot := (int(b[0])<<8 | int(b[1])) % hostIDSlots
-		switch err := uidLocks.tryLock(int64(slot)); {
+		switch err := uidLocks.TryLock(int64(slot)); {
 		case err == nil:
-			return hostIDBase + slot*hostIDRange, func() { uidLocks.unlock(int64(slot)) }, nil
-		case !errors.Is(err, errBusy):
+			return hostIDBase + slot*hostIDRange, func() { uidLocks.Unlock(int64(slot)) }, nil
+		case !errors.Is(err, rangelock.ErrBusy):
 			return 0, nil, fmt.Errorf("host id lock: %w", err)
 		}
 	}

@@ -11,26 +11,27 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/rangelock"
 	"golang.org/x/sys/unix"
 )
 
 // Each sandbox has a record, <state dir>/runs/<id>, and holds a lock on
 // one byte of <state dir>/runs.lock, at the offset its id hashes to, for
-// as long as it lives (rangeLocks: the kernel drops it when its holder
+// as long as it lives (rangelock.Locks: the kernel drops it when its holder
 // dies, however it dies). The lock is taken before the record is made,
 // and the record removed after the sandbox's cgroup: a record whose lock
 // can be taken belongs to nobody, and its cgroup may be removed.
 const runsLockFile = "runs.lock"
 
 type runLock struct {
-	locks *rangeLocks
+	locks *rangelock.Locks
 	path  string
 	off   int64
 }
 
 // runOffset is where sandbox id's lock is. Ids are random and never
 // reused; two live sandboxes meet at one offset with a probability of
-// about n²/2^63, and then the second fails to start (errBusy): a lock is
+// about n²/2^63, and then the second fails to start (rangelock.ErrBusy): a lock is
 // never shared.
 func runOffset(id string) int64 {
 	h := fnv.New64a()
@@ -52,13 +53,13 @@ func (b *Backend) prepareStateDir() error {
 // lockRun locks sandbox id's byte of runs.lock, then creates its record.
 func (b *Backend) lockRun(id string) (*runLock, error) {
 	off := runOffset(id)
-	if err := b.runs.tryLock(off); err != nil {
+	if err := b.runs.TryLock(off); err != nil {
 		return nil, fmt.Errorf("lock sandbox %s: %w", id, err)
 	}
 	p := filepath.Join(b.stateDir, "runs", id)
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		b.runs.unlock(off)
+		b.runs.Unlock(off)
 		return nil, fmt.Errorf("lock sandbox %s: %w", id, err)
 	}
 	f.Close()
@@ -71,7 +72,7 @@ func (l *runLock) release(remove bool) {
 	if remove {
 		os.Remove(l.path)
 	}
-	l.locks.unlock(l.off)
+	l.locks.Unlock(l.off)
 }
 
 // heldByFlock reports whether an older airlock, which flocked each
@@ -108,11 +109,11 @@ func (b *Backend) Cleanup(context.Context) error {
 			continue
 		}
 		off := runOffset(e.Name())
-		if b.runs.tryLock(off) != nil {
+		if b.runs.TryLock(off) != nil {
 			continue // held: a live sandbox (or none can tell: leave it)
 		}
 		if heldByFlock(p) {
-			b.runs.unlock(off)
+			b.runs.Unlock(off)
 			continue
 		}
 		cg := cgroups.Load(cgroups.Prefix + e.Name())
@@ -124,7 +125,7 @@ func (b *Backend) Cleanup(context.Context) error {
 			os.Remove(filepath.Join(b.stateDir, "agents", e.Name()+".sock"))
 			os.Remove(p)
 		}
-		b.runs.unlock(off)
+		b.runs.Unlock(off)
 	}
 	return errors.Join(errs...)
 }

@@ -1,4 +1,6 @@
-package namespaces
+// Package rangelock holds byte-range locks on a file, one byte each,
+// through one open file description per process.
+package rangelock
 
 import (
 	"errors"
@@ -10,11 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// errBusy is a lock's holder: another sandbox, here or in another
+// ErrBusy: the byte is held, by another holder here or in another
 // process.
-var errBusy = errors.New("held by another sandbox")
+var ErrBusy = errors.New("already held")
 
-// rangeLocks are byte-range locks on one file, each one byte long, taken
+// Locks are byte-range locks on one file, each one byte long, taken
 // through a single open file description for the whole process
 // (F_OFD_SETLK). The kernel drops them when the process dies, however it
 // dies, and they conflict with those of every other description, in this
@@ -22,24 +24,24 @@ var errBusy = errors.New("held by another sandbox")
 // sandbox, a host of a few thousand idle sandboxes ran out of the daemon's
 // descriptors (a limit of 20,000 here, which root may not raise) with
 // memory and tasks to spare.
-type rangeLocks struct {
-	path string
+type Locks struct {
+	Path string // the file, created if missing
 
 	mu   sync.Mutex
 	f    *os.File // opened at the first lock, kept for the process's life
 	held map[int64]bool
 }
 
-// tryLock takes the byte at off, or fails with errBusy if any holder, in
+// TryLock takes the byte at off, or fails with ErrBusy if any holder, in
 // this process too, has it.
-func (r *rangeLocks) tryLock(off int64) error {
+func (r *Locks) TryLock(off int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.held[off] {
-		return errBusy // ours: the description does not conflict with itself
+		return ErrBusy // ours: the description does not conflict with itself
 	}
 	if r.f == nil {
-		f, err := os.OpenFile(r.path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		f, err := os.OpenFile(r.Path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return err
 		}
@@ -48,16 +50,16 @@ func (r *rangeLocks) tryLock(off int64) error {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: off, Len: 1}
 	switch err := unix.FcntlFlock(r.f.Fd(), unix.F_OFD_SETLK, &lk); {
 	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES):
-		return errBusy
+		return ErrBusy
 	case err != nil:
-		return fmt.Errorf("lock %s: %w", r.path, err)
+		return fmt.Errorf("lock %s: %w", r.Path, err)
 	}
 	r.held[off] = true
 	return nil
 }
 
-// unlock releases the byte at off, taken by tryLock.
-func (r *rangeLocks) unlock(off int64) {
+// Unlock releases the byte at off, taken by TryLock.
+func (r *Locks) Unlock(off int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.held[off] {

@@ -1,0 +1,74 @@
+package rangelock
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// heldElsewhere reports whether another open description sees byte off
+// of path locked: what another process, or another Locks, would.
+func heldElsewhere(t *testing.T, path string, off int64) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: off, Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	return lk.Type != unix.F_UNLCK
+}
+
+func TestLocks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks")
+	l := &Locks{Path: path}
+	if err := l.TryLock(7); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.TryLock(7); !errors.Is(err, ErrBusy) {
+		t.Errorf("a byte taken twice by one process: %v, want ErrBusy", err)
+	}
+	if err := l.TryLock(8); err != nil {
+		t.Fatalf("the next byte: %v", err)
+	}
+	if !heldElsewhere(t, path, 7) || !heldElsewhere(t, path, 8) || heldElsewhere(t, path, 9) {
+		t.Error("bytes 7 and 8 held, 9 free: not as another description sees them")
+	}
+	// Another description (another process's Locks) cannot take them.
+	other := &Locks{Path: path}
+	if err := other.TryLock(8); !errors.Is(err, ErrBusy) {
+		t.Errorf("a byte held through another description: %v, want ErrBusy", err)
+	}
+	l.Unlock(7)
+	if heldElsewhere(t, path, 7) || !heldElsewhere(t, path, 8) {
+		t.Error("Unlock(7) did not free 7 alone")
+	}
+	if err := other.TryLock(7); err != nil {
+		t.Errorf("a byte freed: %v", err)
+	}
+	// A hundred locks, one descriptor.
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	before := fds()
+	many := &Locks{Path: path}
+	for off := int64(100); off < 200; off++ {
+		if err := many.TryLock(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fds() - before; n > 1 {
+		t.Errorf("100 locks took %d descriptors", n)
+	}
+}
