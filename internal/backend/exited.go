@@ -17,34 +17,51 @@ import (
 // costs no descriptor per child. Should a step fail, it returns at once,
 // and Wait blocks as before.
 func AwaitExit(p *os.Process) {
+	var ended <-chan struct{}
+	if p.WithHandle(func(pidfd uintptr) { ended = watchExit(int(pidfd)) }) != nil || ended == nil {
+		return
+	}
+	<-ended
+}
+
+// AwaitPidfd returns once the process of pidfd, which the caller keeps
+// open meanwhile, has ended, as AwaitExit does for a child; it reports
+// false, at once, if it cannot watch it.
+func AwaitPidfd(pidfd int) bool {
+	ended := watchExit(pidfd)
+	if ended == nil {
+		return false
+	}
+	<-ended
+	return true
+}
+
+// watchExit adds pidfd to the watcher, or returns nil if it cannot.
+func watchExit(pidfd int) <-chan struct{} {
 	w, err := exitWatch()
 	if err != nil {
-		return
+		return nil
 	}
 	ended := make(chan struct{})
 	w.mu.Lock()
 	if w.broken {
 		w.mu.Unlock()
-		return
+		return nil
 	}
 	w.next++
 	token := w.next
 	w.waiting[token] = ended
 	w.mu.Unlock()
-	var added error
-	err = p.WithHandle(func(pidfd uintptr) {
-		// One-shot: once it has fired, the entry stays disabled until
-		// os.Process closes its pidfd, which removes it.
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(token), Pad: int32(token >> 32)}
-		added = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(pidfd), &ev)
-	})
-	if err != nil || added != nil {
+	// One-shot: once it has fired, the entry stays disabled until the
+	// pidfd is closed, which removes it.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(token), Pad: int32(token >> 32)}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, pidfd, &ev); err != nil {
 		w.mu.Lock()
 		delete(w.waiting, token)
 		w.mu.Unlock()
-		return
+		return nil
 	}
-	<-ended
+	return ended
 }
 
 // exitWatcher is the epoll instance of AwaitExit and who waits on it.

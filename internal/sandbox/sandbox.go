@@ -158,10 +158,11 @@ func (s *Sandbox) usage(ctx context.Context, mark *cpuMark) (Usage, error) {
 	u := Usage{Memory: bu.Memory, Cache: bu.Cache}
 	switch {
 	case bu.DiskMeasured:
-		u.Disk = min(max(bu.Disk, 0), s.DiskMB<<20)
+		u.Disk = bu.Disk
 	case !s.Paused(): // a paused agent answers nothing
 		u.Disk = s.diskUsage(ctx)
 	}
+	u.Disk = min(max(u.Disk, 0), s.DiskMB<<20)
 	now := s.clock.Now()
 	s.mu.Lock()
 	if dt := now.Sub(mark.at); dt > 0 && s.CPUs > 0 {
@@ -179,7 +180,7 @@ func (s *Sandbox) diskUsage(ctx context.Context) int64 {
 	if err != nil {
 		return 0
 	}
-	return min(max(d.Used, 0), s.DiskMB<<20)
+	return d.Used
 }
 
 // BackendName is the name of the backend the sandbox runs on.

@@ -432,10 +432,14 @@ func (sp *spawner) died() {
 			continue
 		}
 		go func() {
-			fds := []unix.PollFd{{Fd: int32(p.pidfd.Fd()), Events: unix.POLLIN}}
-			for {
-				if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-					break
+			// One watcher for them all, not a thread each: a spawner
+			// may take thousands of sandboxes with it.
+			if !backend.AwaitPidfd(int(p.pidfd.Fd())) {
+				fds := []unix.PollFd{{Fd: int32(p.pidfd.Fd()), Events: unix.POLLIN}}
+				for {
+					if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+						break
+					}
 				}
 			}
 			p.ended <- spawnReport{Exited: true, Status: uint32(syscall.SIGKILL), Err: errSpawnerDied.Error()}
