@@ -136,6 +136,8 @@ type impl interface {
 	// lower sets limits no higher than the cgroup's (a pooled sandbox
 	// handed out under lower limits).
 	lower(l Limits) error
+	// setCPUs sets the CPU quota alone, higher or lower.
+	setCPUs(cpus float64) error
 	// destroy removes the cgroup; it must be empty.
 	destroy() error
 	// freeze stops (true) or restarts every process in the cgroup, and
@@ -253,6 +255,11 @@ func (c *Cgroup) Stats() (Stats, error) { return c.g.stats() }
 // of a pool, handed out under a request's lower limits. Memory in use
 // beyond the new limit is reclaimed, or the write fails.
 func (c *Cgroup) Lower(l Limits) error { return c.g.lower(l) }
+
+// SetCPUs sets the cgroup's CPU quota to cpus cores, above its limit as
+// well as below: for work done for a sandbox rather than by it (a
+// restore), which the caller sets back.
+func (c *Cgroup) SetCPUs(cpus float64) error { return c.g.setCPUs(cpus) }
 
 // Freeze stops every process in the cgroup (true) or restarts them, and
 // returns once the kernel says it is done.

@@ -69,6 +69,14 @@ func (g cgroupV1) lower(l Limits) error {
 	return nil
 }
 
+func (g cgroupV1) setCPUs(cpus float64) error {
+	if !slices.Contains(g.controllers, "cpu") {
+		return errors.New("no cpu controller")
+	}
+	quota, _ := cpuQuota(Limits{CPUs: cpus})
+	return writeFile(g.dir("cpu"), "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
+}
+
 func (g cgroupV1) dir(controller string) string {
 	return filepath.Join(g.t.root, controller, g.name)
 }

@@ -326,3 +326,24 @@ func TestV1Lower(t *testing.T) {
 		}
 	}
 }
+
+// SetCPUs sets the CPU quota alone, above the limit as well as below.
+func TestV1SetCPUs(t *testing.T) {
+	f := fakeV1(t, hostV1...)
+	c := newTestCgroup(t, f, true)
+	f.rewritable()
+	for _, cpus := range []struct {
+		n    float64
+		want string
+	}{{2, "200000"}, {0.5, "50000"}} {
+		if err := c.SetCPUs(cpus.n); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.read("cpu,cpuacct/" + name + "/cpu.cfs_quota_us"); got != cpus.want {
+			t.Errorf("%g CPUs: quota %q, want %q", cpus.n, got, cpus.want)
+		}
+	}
+	if got := f.read("memory/" + name + "/memory.limit_in_bytes"); got != "268435456" {
+		t.Errorf("the memory limit changed: %q", got)
+	}
+}

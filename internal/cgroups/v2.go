@@ -50,6 +50,11 @@ func (g cgroupV2) lower(l Limits) error {
 	return nil
 }
 
+func (g cgroupV2) setCPUs(cpus float64) error {
+	quota, period := cpuQuota(Limits{CPUs: cpus})
+	return writeFile(g.dir, "cpu.max", fmt.Sprintf("%d %d", quota, period))
+}
+
 func (g cgroupV2) create(limits [][2]string) error {
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return fmt.Errorf("create cgroup: %w", err)

@@ -207,3 +207,15 @@ func TestV2Lower(t *testing.T) {
 		}
 	}
 }
+
+func TestV2SetCPUs(t *testing.T) {
+	f := fakeV2(t)
+	c := newTestCgroup(t, f, true)
+	f.rewritable()
+	if err := c.SetCPUs(2); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(name + "/cpu.max"); got != "200000 100000" {
+		t.Errorf("cpu.max = %q, want 200000 100000", got)
+	}
+}

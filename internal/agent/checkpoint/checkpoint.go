@@ -7,18 +7,24 @@
 // to let go of all of them (agentproto.CheckpointPath): it answers,
 // closes its listener and every connection it accepted (hijacked ones
 // included), removes its socket file, and waits. After a restore, or a
-// checkpoint that failed, the daemon sends it agentproto.ResumeSignal,
-// and it listens again on the same path. Processes, files and kernels
-// inside are untouched throughout.
+// checkpoint that failed, it listens again on the same path: it learns
+// that the save is over from gVisor's /proc/gvisor/checkpoint, opened
+// before it (a read that waits for the save's end, then says "restore"
+// in a restored copy, "resume" or "error" in the sandbox that was saved
+// and runs on), or from agentproto.ResumeSignal, which the daemon sends
+// when no save began or an agent does not listen again by itself.
+// Processes, files and kernels inside are untouched throughout.
 package checkpoint
 
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,13 +34,23 @@ import (
 // Server serves at a path, and lets go of it when the daemon asks.
 type Server struct {
 	log *slog.Logger
+	// saveEnd opens what reads once the next save has ended (gVisor's
+	// /proc/gvisor/checkpoint); an error: the signal alone resumes.
+	saveEnd func() (io.ReadCloser, error)
 
 	mu      sync.Mutex
 	quiesce func() // lets go of the daemon's socket; nil: it cannot
 }
 
 // New returns a server that logs to log.
-func New(log *slog.Logger) *Server { return &Server{log: log} }
+func New(log *slog.Logger) *Server {
+	return &Server{log: log, saveEnd: func() (io.ReadCloser, error) { return os.Open(gvisorCheckpoint) }}
+}
+
+// gvisorCheckpoint is gVisor's file of the checkpoints' ends: a reader
+// opened before a save gets, once it is over, "restore" in a copy
+// restored from it, "resume" or "error" in the sandbox that was saved.
+const gvisorCheckpoint = "/proc/gvisor/checkpoint"
 
 // Register adds the daemon's private CheckpointPath to mux.
 func (s *Server) Register(mux *http.ServeMux) {
@@ -65,20 +81,65 @@ func (s *Server) Serve(ctx context.Context, path string, h http.Handler, resume 
 			return err
 		case <-quiesce:
 		}
+		// Opened before the socket goes: the daemon saves only once
+		// it has gone, so this reader waits for that save's end.
+		saved := s.awaitSaveEnd()
 		srv.Close()
 		tl.CloseAll()
 		os.Remove(path)
-		// The daemon signals a restored agent until it listens: a
-		// signal of that earlier restore must not end this wait.
+		// The daemon may signal an agent that listens again: a signal
+		// of an earlier save must not end this wait.
 		for len(resume) > 0 {
 			<-resume
 		}
 		s.log.Info("let go of the daemon's socket for a checkpoint")
 		select {
+		case <-saved.ended:
+			s.log.Info("the save is over", "then", saved.result)
 		case <-resume:
 		case <-ctx.Done():
+			saved.stop()
 			return nil
 		}
+		saved.stop()
+	}
+}
+
+// saveEnd is a wait for the end of a save.
+type saveEnd struct {
+	f      io.Closer     // nil: no such wait here (not gVisor)
+	ended  chan struct{} // closed once f has said how the save ended
+	result string
+}
+
+// awaitSaveEnd starts waiting for the end of the next save.
+func (s *Server) awaitSaveEnd() *saveEnd {
+	e := &saveEnd{ended: make(chan struct{})}
+	f, err := s.saveEnd()
+	if err != nil {
+		return e // never ends: the signal resumes
+	}
+	e.f = f
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(f, 64))
+		switch r := strings.TrimSpace(string(b)); {
+		case err != nil:
+			// Closed by stop: the signal resumed.
+		case r == "restore" || r == "resume" || r == "error":
+			e.result = r
+			close(e.ended)
+		default:
+			// Not a save's end: listening now could fail a save about
+			// to begin. The signal resumes.
+		}
+	}()
+	return e
+}
+
+// stop ends the wait: its reader closed ends its read.
+func (e *saveEnd) stop() {
+	if e.f != nil {
+		e.f.Close()
 	}
 }
 

@@ -51,8 +51,19 @@ type served struct {
 
 func serve(t *testing.T, ctx context.Context) *served {
 	t.Helper()
+	return serveSaves(t, ctx, nil)
+}
+
+// serveSaves is serve with saveEnd in the place of gVisor's file (nil:
+// none, as on a host).
+func serveSaves(t *testing.T, ctx context.Context, saveEnd func() (io.ReadCloser, error)) *served {
+	t.Helper()
 	s := &served{path: filepath.Join(t.TempDir(), "agent.sock"), resume: make(chan os.Signal, 1), ev: &events{ch: make(chan string, 16)}, done: make(chan error, 1)}
 	srv := New(slog.New(s.ev))
+	if saveEnd == nil {
+		saveEnd = func() (io.ReadCloser, error) { return nil, os.ErrNotExist }
+	}
+	srv.saveEnd = saveEnd
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -134,6 +145,48 @@ func TestCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.ev.await(t, "let go of the daemon's socket for a checkpoint")
+}
+
+// TestSaveEnd: an agent that let go listens again once a save is over,
+// as gVisor's file says, without the signal; anything else that file
+// says leaves it waiting for the signal, and a signal stops its wait.
+func TestSaveEnd(t *testing.T) {
+	ends := make(chan *io.PipeWriter, 1)
+	s := serveSaves(t, t.Context(), func() (io.ReadCloser, error) {
+		r, w := io.Pipe()
+		ends <- w
+		return r, nil
+	})
+	letGo := func() *io.PipeWriter {
+		t.Helper()
+		if err := s.client.Checkpoint(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		s.ev.await(t, "let go of the daemon's socket for a checkpoint")
+		return <-ends
+	}
+	for _, end := range []string{"restore\n", "resume\n", "error\n"} {
+		w := letGo()
+		io.WriteString(w, end)
+		w.Close()
+		s.ev.await(t, "listening")
+		if err := s.healthy(t); err != nil {
+			t.Errorf("after %q: %v", end, err)
+		}
+	}
+	// Not a save's end: the signal resumes.
+	w := letGo()
+	io.WriteString(w, "what\n")
+	w.Close()
+	s.resume <- syscall.SIGUSR1
+	s.ev.await(t, "listening")
+	// Resumed by the signal: the wait's reader is closed.
+	w = letGo()
+	s.resume <- syscall.SIGUSR1
+	s.ev.await(t, "listening")
+	if _, err := io.WriteString(w, "restore\n"); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("the reader of a wait the signal ended: %v, want it closed", err)
+	}
 }
 
 // TestStaleResume: a resume signal left over from an earlier restore
