@@ -39,9 +39,14 @@ import (
 // agentSocket is the agent socket's name in its directory.
 const agentSocket = "agent.sock"
 
-// agentDirOptions: one page of data, 8 inodes (the directory, the socket
-// and room for an agent restarting), mode 0700 for the agent's uid.
-const agentDirOptions = "size=4k,nr_inodes=8,mode=0700,uid=%d,gid=%d"
+// agentDirOptions: one page of data, 4096 inodes, mode 0700 for the
+// agent's uid. The agent needs the directory and its socket, but every
+// snapshot of a running sandbox (runsc checkpoint --leave-running) leaves
+// the socket it let go of bound in gVisor's gofer, its inode held: with
+// 8 inodes, a sandbox's agent could not listen again after its sixth.
+// 4096 inodes hold no data (the page bounds that) and at most a few MiB
+// of the kernel's memory, charged to the sandbox's cgroup.
+const agentDirOptions = "size=4k,nr_inodes=4096,mode=0700,uid=%d,gid=%d"
 
 // errNotAgentSocket: something else than the agent's socket is in its
 // place: the sandbox put it there.

@@ -73,6 +73,26 @@ func TestSavesAndRestores(t *testing.T) {
 	restored.(backend.Committer).Commit()
 }
 
+// TestManySnapshots: a sandbox serves on after many snapshots. Each
+// leaves the socket its agent let go of held by gVisor's gofer, whose
+// inode counts in the agent's directory (agentDirOptions): with 8
+// inodes, the agent could not listen again after the sixth.
+func TestManySnapshots(t *testing.T) {
+	be := testBackend(t)
+	inst := startSaving(t, be, policy.Default())
+	for i := range 12 {
+		quiesce(t, inst)
+		dir := filepath.Join(t.TempDir(), "snap")
+		if err := inst.Snapshot(t.Context(), dir); err != nil {
+			t.Fatalf("snapshot %d: %v", i+1, err)
+		}
+		os.RemoveAll(dir)
+		if got := read(t, inst, "/etc/hostname"); got == "" {
+			t.Fatalf("after snapshot %d: the agent reads nothing", i+1)
+		}
+	}
+}
+
 // saver is what the test needs of a gVisor sandbox.
 type saver interface {
 	backend.Instance
