@@ -2,7 +2,7 @@
 // - pause and resume, saved to disk (runsc checkpoint/restore) against
 //   frozen in memory (a server with pauseInMemory), for sandboxes holding
 //   64 MiB to 1 GiB of their own;
-// - fork of a code interpreter sandbox (1 and 3 copies) and a snapshot of
+// - fork of a code interpreter sandbox (1, 3 and 10 copies) and a snapshot of
 //   it, against creating one and running its first cell;
 // - create-to-first-cell of the code interpreter: a kernel started in the
 //   sandbox (no warm snapshot) against a clone of the warm snapshot, from
@@ -77,7 +77,7 @@ await withServer([...config({}), '--pool-size', '0'], async () => {
   cells.fresh = await median(firstCell)
   const src = await Sandbox.create('code-interpreter-v1', { timeoutMs: 600_000 })
   await src.runCode('x = 1')
-  for (const count of [1, 3]) {
+  for (const count of [1, 3, 10]) {
     forks[count] = await median(async () => {
       let copies
       const ms = await time(async () => { copies = await src.fork({ count }) })
@@ -118,4 +118,5 @@ console.log(`create + first cell, warm snapshot clone from the pool ${vs(cells.p
 console.log(`create + first cell, warm snapshot clone, cold         ${vs(cells.cold)}`)
 console.log(`fork x1                                                ${vs(forks[1])}`)
 console.log(`fork x3                                                ${vs(forks[3])}`)
+console.log(`fork x10                                               ${vs(forks[10])}`)
 console.log(`snapshot                                               ${vs(forks.snapshot)}`)
