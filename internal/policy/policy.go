@@ -43,6 +43,10 @@ type Mount struct {
 	Source   string // absolute host path
 	Target   string // absolute path inside the sandbox
 	ReadOnly bool
+	// IDMapped: the source's owners are ids as sandboxes see them (a
+	// volume's), not the host's: uid 1000 there is "user" in every
+	// sandbox that mounts it. Otherwise its files keep their host owners.
+	IDMapped bool
 }
 
 // Default returns the built-in defaults (see DESIGN.md).

@@ -77,7 +77,7 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 	}
 	h.configW.Close()
 	if h.layersHost != nil {
-		if err := sendLayers(h.layersHost, proc, p.RootLayers); err != nil {
+		if err := sendLayers(h.layersHost, proc, p.RootLayers, idMapped(p.Mounts)); err != nil {
 			return abort(&backend.SetupError{Msg: err.Error()})
 		}
 	}
@@ -310,9 +310,10 @@ func (s *Sandbox) handOver(spec *spec, cfg *nsinit.Config, fork *initFork, bin *
 	if h.mounts, err = openMounts(cfg.Mounts, len(spec.Policy.Mounts)); err != nil {
 		return nil, err
 	}
-	// The image's layers travel on a socket, once init's user namespace
-	// exists: their idmapped mounts are made for it (layers.go).
-	if len(spec.Policy.RootLayers) > 0 {
+	// The image's layers and the idmapped mounts travel on a socket,
+	// once init's user namespace exists: they are made for it
+	// (layers.go).
+	if len(spec.Policy.RootLayers) > 0 || len(idMapped(spec.Policy.Mounts)) > 0 {
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("layer socket: %w", err)

@@ -58,10 +58,12 @@ func TestInitFilesAgreeWithInit(t *testing.T) {
 			for self := range 3 {
 				for _, layers := range []int{0, 1, 4} {
 					for command := range 3 {
-						name := fmt.Sprintf("cgroups=%d mounts=%d+%d layers=%d command=%d", cgroups, userMounts, self, layers, command)
+						name := fmt.Sprintf("cgroups=%d mounts=%d(%d idmapped)+%d layers=%d command=%d", cgroups, userMounts, userMounts/2, self, layers, command)
 						p := policy.Default()
+						// The first of them idmapped (a volume), when there are two.
+						idm := userMounts / 2
 						for i := range userMounts {
-							p.Mounts = append(p.Mounts, policy.Mount{Source: "/src", Target: fmt.Sprintf("/m%d", i)})
+							p.Mounts = append(p.Mounts, policy.Mount{Source: "/src", Target: fmt.Sprintf("/m%d", i), IDMapped: i < idm})
 						}
 						p.RootLayers = make([]string, layers)
 						s := &spec{Spec: &backend.Spec{Policy: p, Argv: []string{"true"}}, extraFiles: r.list("command", command),
@@ -70,8 +72,8 @@ func TestInitFilesAgreeWithInit(t *testing.T) {
 						// What handOver sets as it opens the files.
 						cfg.CgroupFiles, cfg.CommandFiles = cgroups, command
 						files := initFiles{config: r.get("config"), status: r.get("status"), cgroups: r.list("cgroup", cgroups),
-							mounts: r.list("mount", len(cfg.Mounts)), command: s.extraFiles, self: bin.File}
-						if layers > 0 {
+							mounts: r.list("mount", len(cfg.Mounts)-idm), command: s.extraFiles, self: bin.File}
+						if layers > 0 || idm > 0 {
 							files.layers = r.get("layers")
 						}
 						extra, err := files.order(cfg.FDs())
@@ -114,7 +116,7 @@ func checkInitReads(t *testing.T, name string, cfg *nsinit.Config, extra []*os.F
 	}
 	if fds.Layers >= 0 {
 		want[fds.Layers] = "layers"
-	} else if cfg.Layers > 0 {
+	} else if cfg.Layers > 0 || slices.ContainsFunc(cfg.Mounts, func(m policy.Mount) bool { return m.IDMapped }) {
 		t.Errorf("%s: init expects no layers' socket", name)
 	}
 	for i, fd := range fds.Command {

@@ -323,6 +323,9 @@ func (s *Sandbox) finish() (*backend.Result, error) {
 func openMounts(mounts []policy.Mount, users int) ([]*os.File, error) {
 	var files []*os.File
 	for i, m := range mounts {
+		if m.IDMapped {
+			continue // made for init's user namespace (sendLayers)
+		}
 		f, err := backend.CloneMount(m, i >= users)
 		if err != nil {
 			return files, err

@@ -342,6 +342,46 @@ func TestMountsEnvWorkdir(t *testing.T) {
 	}
 }
 
+// TestIDMappedMount: a volume's mount is idmapped for the sandbox's user
+// namespace: files the disk says uid 1000 owns are the sandbox user's,
+// and what the sandbox writes is stored as 1000, not as its host uid,
+// so the next sandbox (another host id range) sees it as its own too.
+func TestIDMappedMount(t *testing.T) {
+	airlocktest.RequiresRoot(t)
+	vol := filepath.Join(t.TempDir(), "vol")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vol, "old"), []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{vol, filepath.Join(vol, "old")} {
+		if err := os.Chown(p, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := testPolicy()
+	p.Mounts = []policy.Mount{{Source: vol, Target: "/data", IDMapped: true}}
+	for i := range 2 {
+		o := sh(t, p, fmt.Sprintf(`stat -c '%%u:%%g' /data /data/old; echo %d >> /data/old; echo %d > /data/new%d`, i, i, i)).mustSucceed(t)
+		if o.stdout != "1000:1000\n1000:1000\n" {
+			t.Errorf("sandbox %d sees the owners as %q, want the user's", i, o.stdout)
+		}
+	}
+	for _, name := range []string{"old", "new0", "new1"} {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(vol, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("%s is stored as %d:%d, want 1000:1000", name, st.Uid, st.Gid)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(vol, "old")); string(b) != "old\n0\n1\n" {
+		t.Errorf("old: %q", b)
+	}
+}
+
 func TestExitCodesAndSignals(t *testing.T) {
 	if o := sh(t, testPolicy(), "exit 3"); o.ExitCode != 3 || o.Signal != "" {
 		t.Errorf("exit 3: got %d %q", o.ExitCode, o.Signal)

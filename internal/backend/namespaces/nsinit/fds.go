@@ -19,9 +19,11 @@ type FDs struct {
 	// Cgroups are the cgroup v1 "tasks" files init writes its forking
 	// thread into (Config.CgroupFiles of them; none on v2).
 	Cgroups []int
-	// Mounts are the detached mount trees, one per Config.Mounts entry.
+	// Mounts are the detached mount trees, one per Config.Mounts entry
+	// that is not IDMapped (those come on the layers' socket).
 	Mounts []int
-	// Layers is the image layers' socket (layers.go), -1 without layers.
+	// Layers is the socket of the image's layers and the idmapped mounts
+	// (layers.go), -1 without either.
 	Layers int
 	// Command are handed on to the command as its fds 3, 4, …
 	// (Config.CommandFiles of them).
@@ -33,7 +35,8 @@ type FDs struct {
 
 // FDs is the layout of the descriptors the host hands init for c: in
 // order ConfigFD, StatusFD, the cgroup files, the mount trees, the layers'
-// socket if the root is an image's, the command's files and init's binary.
+// socket if the root is an image's or a mount is idmapped, the command's
+// files and init's binary.
 func (c *Config) FDs() FDs {
 	next := StatusFD + 1
 	take := func(n int) []int {
@@ -46,13 +49,26 @@ func (c *Config) FDs() FDs {
 	}
 	l := FDs{Config: ConfigFD, Status: StatusFD, Layers: -1}
 	l.Cgroups = take(c.CgroupFiles)
-	l.Mounts = take(len(c.Mounts))
-	if c.Layers > 0 {
+	l.Mounts = take(len(c.Mounts) - c.idMapped())
+	if c.Layers > 0 || c.idMapped() > 0 {
 		l.Layers = take(1)[0]
 	}
 	l.Command = take(c.CommandFiles)
 	l.Self = take(1)[0]
 	return l
+}
+
+// idMapped is how many of c's mounts are idmapped: made by the host for
+// this process's user namespace once it exists, so sent on the layers'
+// socket after the image's layers.
+func (c *Config) idMapped() int {
+	n := 0
+	for _, m := range c.Mounts {
+		if m.IDMapped {
+			n++
+		}
+	}
+	return n
 }
 
 // Count is how many descriptors the layout has, from ConfigFD to Self.

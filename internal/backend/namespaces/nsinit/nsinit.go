@@ -148,14 +148,25 @@ func setup() (int, error) {
 	}
 	// 3. The root file system, then pivot into it: the host's view, or an
 	// image's layers, which the host idmapped for this user namespace.
-	var layers []int
+	// The idmapped mounts come after the layers, in c.Mounts' order.
+	var layers, idMapped []int
 	if fds.Layers >= 0 {
-		var err error
-		if layers, err = receiveLayers(fds.Layers, c.Layers); err != nil {
+		trees, err := receiveLayers(fds.Layers, c.Layers+c.idMapped())
+		if err != nil {
 			return 0, err
 		}
+		layers, idMapped = trees[:c.Layers], trees[c.Layers:]
 	}
-	err = buildRoot(c.RootDir, c, fds.Mounts, layers, fds.Layers)
+	mounts := make([]int, 0, len(c.Mounts))
+	plain := fds.Mounts
+	for _, m := range c.Mounts {
+		if m.IDMapped {
+			mounts, idMapped = append(mounts, idMapped[0]), idMapped[1:]
+		} else {
+			mounts, plain = append(mounts, plain[0]), plain[1:]
+		}
+	}
+	err = buildRoot(c.RootDir, c, mounts, layers, fds.Layers)
 	if fds.Layers >= 0 {
 		unix.Close(fds.Layers)
 	}
