@@ -26,10 +26,11 @@ export AIRLOCK_RUNSC := $(CURDIR)/$(RUNSC)
 # (Python with numpy, pandas, matplotlib, seaborn, Pillow and its Jupyter
 # kernel; R's), the C toolchain of go test -race (cgo), bubblewrap, the
 # baseline of make bench-run, Chromium, which the console's tests drive,
-# debootstrap, which makes the stock templates' Debian root, and
+# debootstrap, which makes the stock templates' Debian root, e2fsprogs,
+# whose mkfs.ext4 makes volumes, and
 # nss-myhostname, through which every client on the host resolves the
 # sandboxes' getHost(port) names under localhost.
-APT_PACKAGES := python3 bubblewrap chromium python3-numpy python3-pandas python3-matplotlib python3-seaborn python3-pil python3-ipykernel r-cran-irkernel gcc libc6-dev iproute2 nftables busybox-static debootstrap libnss-myhostname
+APT_PACKAGES := python3 bubblewrap e2fsprogs chromium python3-numpy python3-pandas python3-matplotlib python3-seaborn python3-pil python3-ipykernel r-cran-irkernel gcc libc6-dev iproute2 nftables busybox-static debootstrap libnss-myhostname
 
 # The tests that need no root run again under the race detector as the
 # user nobody (tests/as-nobody): those of every package with tests, as go

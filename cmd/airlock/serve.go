@@ -63,5 +63,6 @@ func announce(w io.Writer, tty bool, key daemon.Key, url string) {
 	} else {
 		fmt.Fprintf(w, "# E2B_API_KEY is the key in %s (%s)\n", key.From, apikey.Fingerprint(key.Value))
 	}
-	fmt.Fprintf(w, "E2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", url, url)
+	// The SDK's Volume reaches a volume's files at E2B_VOLUME_API_URL.
+	fmt.Fprintf(w, "E2B_API_URL=%s\nE2B_VOLUME_API_URL=%s\nE2B_SANDBOX_URL=%s\n", url, url, url)
 }

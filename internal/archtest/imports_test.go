@@ -112,7 +112,11 @@ var allowed = map[string][]string{
 	// store of its own.
 	"internal/stock": {"internal/image", "internal/layout", "internal/ocilayer"},
 
-	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto", "internal/sandboxid"},
+	// E2B's volumes: file systems on the host that sandboxes mount, a
+	// store of the daemon's with their files: a leaf.
+	"internal/volume": {},
+
+	"internal/sandbox": {"internal/backend", "internal/policy", "internal/agentproto", "internal/sandboxid", "internal/volume"},
 	// The daemon's settings and their precedence: what they become is
 	// the daemon package's business.
 	"internal/config": {"internal/policy"},
@@ -121,11 +125,11 @@ var allowed = map[string][]string{
 	"internal/daemon": {"internal/config", "internal/apikey", "internal/backend", "internal/backend/gvisor",
 		"internal/backend/namespaces", "internal/cgroups", "internal/sandbox", "internal/sandboxid", "internal/policy",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/httpapi",
-		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock"},
+		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock", "internal/volume"},
 	// airlock run's way into a local daemon's pool: its socket and
 	// protocol, shared by the command and the daemon.
 	"internal/runsock": {"internal/backend", "internal/policy"},
-	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid"},
+	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid", "internal/volume"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.
 	"internal/build":       {"internal/agentproto", "internal/image", "internal/layout", "internal/policy"},

@@ -56,12 +56,21 @@ type Config struct {
 	IdleTimeout    Duration `json:"idleTimeout"`
 	// Stock is what base and code-interpreter-v1 run on.
 	Stock Stock `json:"stock"`
+	// Volumes are E2B's volumes (Volume.create): each an ext4 file
+	// system of Size (default 1G), its space reserved on the host's disk
+	// when it is made.
+	Volumes Volumes `json:"volumes"`
 
 	// What no config file holds. APIKey is the key clients must present
 	// ($AIRLOCK_API_KEY); "": the one kept in the state directory.
 	APIKey string `json:"-"`
 	// Node makes the daemon a node of a cluster.
 	Node Node `json:"-"`
+}
+
+// Volumes configures E2B's volumes.
+type Volumes struct {
+	Size Size `json:"size"`
 }
 
 // TLS is the certificate the daemon serves HTTPS with: PEM files of the
@@ -242,6 +251,7 @@ func Default() Config {
 		DefaultTimeout:   Duration(300 * time.Second),
 		MaxTimeout:       Duration(24 * time.Hour),
 		PoolMemoryBudget: Size(1 << 30),
+		Volumes:          Volumes{Size: Size(1 << 30)},
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxid"
+	"github.com/airlock-sandbox/airlock/internal/volume"
 )
 
 // ConfigError is a configuration the daemon cannot start with: the
@@ -80,6 +81,7 @@ type Daemon struct {
 	tls     *tls.Config // nil: plain HTTP
 	key     Key
 	manager *sandbox.Manager
+	volumes *volume.Store
 	service *build.Service // template builds, over the API
 	api     *httpapi.Server
 	run     *runServer // nil: another daemon of the state directory has it
@@ -202,6 +204,10 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if d.volumes, err = volume.Open(filepath.Join(cfg.StateDir, "volumes"), int64(cfg.Volumes.Size), d.mcfg.IDPrefix, d.log); err != nil {
+		return configError(err)
+	}
+	d.mcfg.Volumes = d.volumes
 	// E2B's rule: the internet unless asked otherwise, so the pools keep
 	// sandboxes in networks, closed until claimed.
 	d.mcfg.NetworkedPools = d.internetByDefault()
@@ -210,6 +216,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.api = d.handler(images, files)
 	if d.run, err = listenRun(cfg.StateDir, d.manager, cfg.Network.Sealed(), d.log); err != nil {
 		d.manager.Shutdown()
+		d.closeVolumes()
 		return err
 	}
 	return nil
@@ -251,6 +258,7 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 		Log: d.log, Timeout: time.Duration(d.builds.Timeout), Parallel: d.builds.Parallel,
 	}
 	api.HandleTemplates(&httpapi.Templates{Builds: d.service, Store: images, Files: files})
+	api.HandleVolumes(d.volumes, d.mcfg.TokenKey)
 	// MCP's streamable HTTP transport: a session's sandbox lives as long
 	// as the session, which ends when the client closes it or goes idle.
 	mcpServer := mcp.New(d.manager, time.Duration(cfg.DefaultTimeout), d.log)
@@ -266,6 +274,13 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 // request for a network is told why there is none.
 func (d *Daemon) internetByDefault() bool {
 	return d.network != nil && d.network.unavailable == nil && !d.cfg.Network.Sealed()
+}
+
+// closeVolumes unmounts the volumes, once no sandbox runs.
+func (d *Daemon) closeVolumes() {
+	if err := d.volumes.Close(); err != nil {
+		d.log.Error("volumes", "err", err)
+	}
 }
 
 // Key is the API key clients must present, and where it is kept.
@@ -298,6 +313,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			d.run.close()
 			d.manager.Shutdown()
 			d.run.wait()
+			d.closeVolumes()
 			d.network.close(d.log)
 			return err
 		}
@@ -316,6 +332,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.service.Shutdown()
 	d.manager.Shutdown()
 	d.run.wait()
+	d.closeVolumes()
 	d.network.close(d.log)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/volume"
 )
 
 // Server serves the API.
@@ -37,6 +38,10 @@ type Server struct {
 	patterns []string
 	// netDefault is what creates that say nothing of the network get.
 	netDefault NetDefault
+	// volumes are the server's volumes (HandleVolumes), their tokens
+	// derived from volumeKey; nil: none.
+	volumes   *volume.Store
+	volumeKey []byte
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts

@@ -37,13 +37,17 @@ type createBody struct {
 	Backend string `json:"backend"`
 	// Secure (older SDKs) asks for an access token: every sandbox here
 	// has one.
-	Secure bool `json:"secure"`
+	Secure       bool `json:"secure"`
+	VolumeMounts []struct {
+		Name string `json:"name"`
+		Path string `json:"path"`
+	} `json:"volumeMounts"`
 }
 
 // createFields are the fields of a create request this server
-// implements; others (mcp, volumeMounts, iam, …) are refused.
+// implements; others (mcp, iam, …) are refused.
 var createFields = []string{"templateID", "metadata", "envVars", "timeout", "allow_internet_access", "network",
-	"autoPause", "autoPauseMemory", "autoResume", "backend", "secure"}
+	"autoPause", "autoPauseMemory", "autoResume", "backend", "secure", "volumeMounts"}
 
 // sandboxJSON is the Sandbox object of create and connect.
 type sandboxJSON struct {
@@ -140,10 +144,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	vms, err := volumeMounts(b.VolumeMounts)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	sb, err := s.m.Create(r.Context(), sandbox.CreateRequest{
 		TemplateID: b.TemplateID, Metadata: b.Metadata, EnvVars: b.EnvVars, TTL: ttl, ClientID: "airlock",
 		Backend: b.Backend, AutoPause: b.AutoPause, AutoResume: b.AutoResume != nil && b.AutoResume.Enabled,
-		AutoPauseFiles: pauseFiles, Network: netPol, Ingress: ingress,
+		AutoPauseFiles: pauseFiles, Network: netPol, Ingress: ingress, Volumes: vms,
 	})
 	if err != nil {
 		s.managerError(w, err)
@@ -171,7 +180,8 @@ type listItem struct {
 	Lifecycle           *lifecycle        `json:"lifecycle,omitempty"`
 	Domain              *string           `json:"domain,omitempty"`
 	// Backend is Airlock's own: which isolation the sandbox has.
-	Backend string `json:"backend,omitempty"`
+	Backend      string                `json:"backend,omitempty"`
+	VolumeMounts []sandbox.VolumeMount `json:"volumeMounts"`
 }
 
 // lifecycle is E2B's SandboxLifecycle: what the timeout does, and whether
@@ -187,6 +197,7 @@ func item(sb *sandbox.Sandbox) listItem {
 		StartedAt: sb.StartedAt, EndAt: sb.EndAt().UTC(), CPUCount: cpuCount(sb.CPUs),
 		MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: sb.Metadata,
 		State: state(sb), EnvdVersion: agentproto.EnvdVersion, Backend: sb.BackendName(),
+		VolumeMounts: append([]sandbox.VolumeMount{}, sb.VolumeMounts...),
 	}
 }
 

@@ -38,6 +38,9 @@ type CreateRequest struct {
 	// never one started for the request: airlock run asks so, and runs
 	// its command itself where the pool is empty.
 	PoolOnly bool
+	// Volumes are mounted into the sandbox (volumes.go): it starts
+	// afresh, never from a pool, whose sandboxes have no mounts.
+	Volumes []VolumeMount
 	// Private: the sandbox is its creator's alone. No client of the API
 	// finds it (Get, List, All answer as if it did not exist), so none
 	// gets its tokens; its creator ends it with End.
@@ -204,6 +207,12 @@ func (m *Manager) requestPolicy(req CreateRequest, tmpl *Template) (policy.Polic
 		return pol, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	pol.Network = req.Network
+	if len(req.Volumes) > 0 {
+		if pol, err = m.volumePolicy(pol, req.Volumes); err != nil {
+			return pol, false, err
+		}
+		custom = true
+	}
 	if req.AutoPauseFiles {
 		if err := m.filesPausable(req.TemplateID); err != nil {
 			return pol, false, err
@@ -353,6 +362,7 @@ func (m *Manager) newSandbox(ctx context.Context, id string, req CreateRequest, 
 		env:            req.EnvVars,
 		AutoResume:     req.AutoResume,
 		Ingress:        req.Ingress,
+		VolumeMounts:   req.Volumes,
 		net:            netAtt,
 	}
 	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)

@@ -55,6 +55,9 @@ func (m *Manager) backendOf(t *Template) Backend {
 // Config is the manager's configuration.
 type Config struct {
 	Templates []Template
+	// Volumes are the volumes sandboxes may mount (volumes.go); nil:
+	// none.
+	Volumes Volumes
 	// PoolMemoryBudget caps the memory all pooled (unclaimed) sandboxes
 	// may use together, in bytes; 0 means no cap beyond the pool sizes.
 	PoolMemoryBudget int64

@@ -29,6 +29,8 @@ type Sandbox struct {
 	// AutoResume: traffic to the sandbox while paused resumes it.
 	AutoResume bool
 	Ingress    Ingress
+	// VolumeMounts are the volumes mounted into it.
+	VolumeMounts []VolumeMount
 
 	inst Instance // nil while saved (below); read it with instance()
 	// net is its box's network (nil: loopback only, or no box); pol's

@@ -34,6 +34,7 @@ type savedRecord struct {
 	AutoPause, AutoResume     bool
 	AutoPauseFiles            bool
 	Ingress                   Ingress
+	VolumeMounts              []VolumeMount
 	Policy                    policy.Policy
 	Backend                   string // its name
 	Saved                     string // the backend's name for the saved box, or savedFiles
@@ -61,7 +62,7 @@ func (m *Manager) writeRecord(sb *Sandbox) error {
 	rec := savedRecord{
 		ID: sb.ID, TemplateID: sb.TemplateID, ClientID: sb.ClientID, AccessToken: sb.AccessToken, TrafficToken: sb.TrafficToken,
 		Metadata: sb.Metadata, StartedAt: sb.StartedAt, CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
-		AutoPause: sb.autoPause, AutoResume: sb.AutoResume, AutoPauseFiles: sb.autoPauseFiles, Ingress: sb.Ingress, Policy: sb.pol,
+		AutoPause: sb.autoPause, AutoResume: sb.AutoResume, AutoPauseFiles: sb.autoPauseFiles, Ingress: sb.Ingress, VolumeMounts: sb.VolumeMounts, Policy: sb.pol,
 		Backend: sb.be.Name(), Saved: saved, Env: sb.env,
 	}
 	if m.cfg.MaxTTL > 0 {
@@ -169,7 +170,7 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	sb := &Sandbox{
 		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
 		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
-		AutoResume: rec.AutoResume, Ingress: rec.Ingress, pol: rec.Policy, be: be, ended: make(chan struct{}), clock: m.clock,
+		AutoResume: rec.AutoResume, Ingress: rec.Ingress, VolumeMounts: rec.VolumeMounts, pol: rec.Policy, be: be, ended: make(chan struct{}), clock: m.clock,
 		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, endAt: rec.EndAt,
 		env: rec.Env,
 	}

@@ -50,6 +50,8 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s is paused: connect to it first, then snapshot or fork it", ErrConflict, id)
 	case !cloner:
 		return SnapshotOf{}, fmt.Errorf("%w: the %s backend cannot snapshot or fork a running sandbox (its memory): the gvisor backend can", ErrInvalid, sb.be.Name())
+	case len(sb.VolumeMounts) > 0:
+		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s mounts volumes: snapshots and forks of a sandbox with volumes are not supported yet", ErrInvalid, id)
 	}
 	s, ok := bare(sb.inst).(backend.Snapshotter)
 	if !ok {
