@@ -138,8 +138,11 @@ func (s *Server) volumeFiles(h func(http.ResponseWriter, *http.Request, *volume.
 		id := r.PathValue("id")
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		byToken := strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(token), []byte(s.volumeToken(id))) == 1
-		byKey := subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-KEY")), []byte(s.apiKey)) == 1 ||
-			strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(token), []byte(s.apiKey)) == 1
+		key := r.Header.Get("X-API-KEY")
+		if key == "" && strings.EqualFold(scheme, "Bearer") {
+			key = token
+		}
+		byKey := key != "" && s.apiKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) == 1
 		if !byToken && !byKey {
 			writeContentError(w, http.StatusUnauthorized, "UNAUTHORIZED", "invalid or missing volume token (Authorization: Bearer) or API key")
 			return
@@ -183,6 +186,8 @@ func (s *Server) contentError(w http.ResponseWriter, err error) {
 		writeContentError(w, http.StatusBadRequest, "INVALID_REQUEST", err.Error())
 	case errors.Is(err, volume.ErrFull):
 		writeContentError(w, http.StatusInsufficientStorage, "VOLUME_FULL", "the volume is full")
+	case errors.Is(err, volume.ErrBusy):
+		writeContentError(w, http.StatusConflict, "PATH_BUSY", err.Error())
 	default:
 		s.log.Error("volume file request failed", "err", err)
 		writeContentError(w, http.StatusInternalServerError, "INTERNAL", "the volume operation failed (the server log has the details)")
@@ -367,6 +372,9 @@ func (s *Server) volumeWrite(w http.ResponseWriter, r *http.Request, f *volume.F
 	writeJSON(w, http.StatusCreated, e)
 }
 
+// maxVolumeMounts bounds one sandbox's volume mounts.
+const maxVolumeMounts = 16
+
 // volumeMounts checks a create's volumeMounts as E2B does (absolute,
 // clean, each path once) and returns them, or the one error that lists
 // every problem.
@@ -374,6 +382,9 @@ func volumeMounts(in []struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
 }) ([]sandbox.VolumeMount, error) {
+	if len(in) > maxVolumeMounts {
+		return nil, fmt.Errorf("invalid mounts: at most %d volume mounts, got %d", maxVolumeMounts, len(in))
+	}
 	var out []sandbox.VolumeMount
 	var problems []string
 	used := map[string]bool{}

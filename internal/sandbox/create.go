@@ -217,6 +217,9 @@ func (m *Manager) requestPolicy(req CreateRequest, tmpl *Template) (policy.Polic
 		if err := m.filesPausable(req.TemplateID); err != nil {
 			return pol, false, err
 		}
+		if err := filesPausableWith(req.Volumes); err != nil {
+			return pol, false, err
+		}
 	}
 	return pol, custom, nil
 }

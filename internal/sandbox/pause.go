@@ -85,6 +85,9 @@ func (m *Manager) Reboot(ctx context.Context, id string, d time.Duration) error 
 	if err := m.filesPausable(sb.TemplateID); err != nil {
 		return err
 	}
+	if err := filesPausableWith(sb.VolumeMounts); err != nil {
+		return err
+	}
 	if err := m.Resume(ctx, id, d); err != nil {
 		return err
 	}

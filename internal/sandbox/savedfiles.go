@@ -48,10 +48,24 @@ func (m *Manager) filesPausable(template string) error {
 	return nil
 }
 
+// filesPausableWith refuses a pause that keeps only the files of a
+// sandbox with volumes: a volume mounted in its home or /tmp would be
+// saved with them, and its old copy written back over the volume, which
+// other sandboxes share, at the resume.
+func filesPausableWith(vms []VolumeMount) error {
+	if len(vms) > 0 {
+		return fmt.Errorf("%w: a pause that keeps only the files is not for a sandbox with volumes; pause it with its memory", ErrInvalid)
+	}
+	return nil
+}
+
 // saveFiles saves sb's files and ends its box; sb.mu is held. On error
 // sb runs on.
 func (m *Manager) saveFiles(ctx context.Context, sb *Sandbox) error {
 	if err := m.filesPausable(sb.TemplateID); err != nil {
+		return err
+	}
+	if err := filesPausableWith(sb.VolumeMounts); err != nil {
 		return err
 	}
 	start := m.clock.Now()

@@ -48,6 +48,7 @@ var (
 	ErrExists       = errors.New("path already exists")
 	ErrBadPath      = errors.New("invalid path")
 	ErrFull         = errors.New("the volume is full")
+	ErrBusy         = errors.New("the path is busy")
 )
 
 // Owner and modes of what the API creates when it names none: user's
@@ -63,6 +64,7 @@ const (
 const (
 	MaxDepth   = 10      // a listing's, as E2B's
 	maxEntries = 100_000 // a listing's entries
+	maxListed  = 8 << 20 // a listing's names, paths and link targets, in bytes
 	maxNesting = 256     // a recursive removal's directories
 )
 
@@ -106,12 +108,20 @@ func clean(p string) (abs, rel string, err error) {
 // resolve is how every path in a volume is resolved.
 const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
-// openBeneath opens rel beneath dir with flags (O_CLOEXEC added).
+// openBeneath opens rel beneath dir with flags (O_CLOEXEC added). A few
+// tries: EAGAIN is a rename that raced the lookup, or a lease a sandbox
+// holds on the file (an O_NONBLOCK open does not wait for it), which
+// may never end: then the file is busy.
 func openBeneath(dir int, rel string, flags uint64) (int, error) {
-	for {
+	for try := 0; ; try++ {
 		fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: resolve})
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue // a rename raced the lookup: try again
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN) && try < 8:
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return -1, fmt.Errorf("%w (a lease is held on it, or it keeps being renamed): try again", ErrBusy)
 		}
 		return fd, pathErr(err)
 	}
@@ -201,16 +211,26 @@ func (f *Files) List(p string, depth int) ([]*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []*Entry
-	err = list(fd, abs, depth, &out)
+	l := &listing{}
+	err = l.list(fd, abs, depth)
 	unix.Close(fd)
-	return out, err
+	return l.out, err
 }
 
-// list appends the entries of dir (at abs) to out, and those below its
+// listing is a listing under way, bounded in entries and bytes: a
+// sandbox may have made a million names, each of 255 bytes, or links
+// with targets of 4 KiB.
+type listing struct {
+	out   []*Entry
+	bytes int
+}
+
+var errTooMany = fmt.Errorf("%w: more than %d entries or %d MiB of names: list a smaller depth or a directory below", ErrBadPath, maxEntries, maxListed>>20)
+
+// list appends the entries of dir (at abs), and those below its
 // directories down to depth; it closes nothing of the caller's.
-func list(dir int, abs string, depth int, out *[]*Entry) error {
-	names, err := readNames(dir)
+func (l *listing) list(dir int, abs string, depth int) error {
+	names, err := readNames(dir, maxEntries-len(l.out))
 	if err != nil {
 		return err
 	}
@@ -222,10 +242,11 @@ func list(dir int, abs string, depth int, out *[]*Entry) error {
 		if err != nil {
 			return err
 		}
-		if len(*out) >= maxEntries {
-			return fmt.Errorf("%w: more than %d entries: list with a smaller depth", ErrBadPath, maxEntries)
+		l.bytes += len(e.Name) + len(e.Path) + len(e.Target)
+		if len(l.out) >= maxEntries || l.bytes > maxListed {
+			return errTooMany
 		}
-		*out = append(*out, e)
+		l.out = append(l.out, e)
 		if e.Type == "directory" && depth > 1 {
 			sub, err := openBeneath(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 			if errors.Is(err, ErrPathNotFound) {
@@ -234,7 +255,7 @@ func list(dir int, abs string, depth int, out *[]*Entry) error {
 			if err != nil {
 				return err
 			}
-			err = list(sub, e.Path, depth-1, out)
+			err = l.list(sub, e.Path, depth-1)
 			unix.Close(sub)
 			if err != nil {
 				return err
@@ -245,8 +266,9 @@ func list(dir int, abs string, depth int, out *[]*Entry) error {
 }
 
 // readNames reads the names in directory dir, sorted, from the start,
-// without "." and "..". It leaves dir open (a dup is read).
-func readNames(dir int) ([]string, error) {
+// without "." and "..": at most max of them, or errTooMany. It leaves
+// dir open (a dup is read).
+func readNames(dir int, max int) ([]string, error) {
 	dup, err := unix.Dup(dir)
 	if err != nil {
 		return nil, err
@@ -257,12 +279,41 @@ func readNames(dir int) ([]string, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
+	var names []string
+	for {
+		batch, err := f.Readdirnames(1024)
+		names = append(names, batch...)
+		if len(names) > max {
+			return nil, errTooMany
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// firstNames reads at most n names of directory dir, from its start.
+func firstNames(dir, n int) ([]string, error) {
+	dup, err := unix.Dup(dir)
+	if err != nil {
+		return nil, err
+	}
+	unix.CloseOnExec(dup)
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	names, err := f.Readdirnames(n)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return names, err
 }
 
 // parent opens the directory that holds rel (creating the missing ones,
@@ -299,25 +350,23 @@ func (f *Files) parent(rel string, mkdirs bool, uid, gid int, mode uint32) (int,
 }
 
 // mkdirAt makes directory name in dir, owned and moded as given (the
-// mode set after the umask).
+// mode set after the umask). Owner and mode are set on the directory
+// opened after it was made, never by name: a sandbox that swaps the name
+// meanwhile for a link to another of the volume's files does not have
+// that file chowned.
 func mkdirAt(dir int, name string, uid, gid int, mode uint32) error {
 	if err := unix.Mkdirat(dir, name, 0o700); err != nil {
 		return pathErr(err)
 	}
-	if err := unix.Fchownat(dir, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return err
-	}
-	return chmodAt(dir, name, mode)
-}
-
-// chmodAt sets the mode of name in dir, never through a symbolic link.
-func chmodAt(dir int, name string, mode uint32) error {
-	fd, err := openBeneath(dir, name, unix.O_PATH|unix.O_NOFOLLOW)
+	fd, err := openBeneath(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	return chmodFD(fd, mode)
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return err
+	}
+	return unix.Fchmod(fd, mode&0o7777)
 }
 
 // chmodFD sets the mode of what fd (O_PATH) is, unless it is a symbolic
@@ -445,11 +494,7 @@ func (f *Files) SetAttr(p string, uid, gid *int, mode *uint32) (*Entry, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	if mode != nil {
-		if err := chmodFD(fd, *mode); err != nil {
-			return nil, err
-		}
-	}
+	// The owner first: a chown clears the set-id bits a mode may ask for.
 	if uid != nil || gid != nil {
 		u, g := -1, -1
 		if uid != nil {
@@ -459,6 +504,11 @@ func (f *Files) SetAttr(p string, uid, gid *int, mode *uint32) (*Entry, error) {
 			g = *gid
 		}
 		if err := unix.Fchownat(fd, "", u, g, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return nil, err
+		}
+	}
+	if mode != nil {
+		if err := chmodFD(fd, *mode); err != nil {
 			return nil, err
 		}
 	}
@@ -503,12 +553,20 @@ func removeAt(dir int, name string, nesting int) error {
 	if err != nil {
 		return err
 	}
-	names, err := readNames(sub)
-	if err == nil {
+	// A batch of names at a time, each read from the start of what is
+	// left: a directory of a million entries is emptied in bounded memory.
+	for {
+		var names []string
+		if names, err = firstNames(sub, 1024); err != nil || len(names) == 0 {
+			break
+		}
 		for _, n := range names {
 			if err = removeAt(sub, n, nesting+1); err != nil {
 				break
 			}
+		}
+		if err != nil {
+			break
 		}
 	}
 	unix.Close(sub)

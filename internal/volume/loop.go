@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +39,16 @@ func mountImage(image, dir string) error {
 		}
 		return fmt.Errorf("reserve the volume's space: %w", err)
 	}
+	// A loop device of the image may be attached still: its file system
+	// lazily unmounted but kept by a mount of a sandbox that lives on.
+	// That device is mounted again (the same file system); a second
+	// device would be a second ext4 writing the same blocks.
+	if dev := loopOf(&st); dev != "" {
+		if err := unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable"); err != nil {
+			return fmt.Errorf("mount the volume: %w", err)
+		}
+		return nil
+	}
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("loop devices: %w", err)
@@ -51,12 +62,22 @@ func mountImage(image, dir string) error {
 			return fmt.Errorf("loop devices: %w", err)
 		}
 		dev := fmt.Sprintf("/dev/loop%d", n)
+		// A container's /dev (a privileged pod's) is a copy made at its
+		// start: a device the kernel made since has no node there yet.
+		if err := unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(n)))); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("loop device node: %w", err)
+		}
 		loop, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("loop device: %w", err)
 		}
-		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		// Direct I/O to the image: the volume's pages are cached once
+		// (the loop device's own cache doubled them) and an fsync inside
+		// costs what it costs on the host (measured: dd with fsync 194
+		// MB/s buffered, 865 MB/s direct, the host's disk 1116-1371).
+		// 4 KiB blocks, as the image's file system has (mkfs -b 4096).
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd()), Size: 4096}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO
 		err = unix.IoctlLoopConfigure(int(loop.Fd()), &cfg)
 		if errors.Is(err, unix.EBUSY) {
 			loop.Close()
@@ -77,6 +98,25 @@ func mountImage(image, dir string) error {
 		return nil
 	}
 	return errors.New("loop devices: every free one was taken first")
+}
+
+// loopOf is the loop device whose backing file is the one st describes,
+// "" if none is.
+func loopOf(st *unix.Stat_t) string {
+	devs, _ := filepath.Glob("/sys/block/loop*")
+	for _, d := range devs {
+		dev := "/dev/" + filepath.Base(d)
+		f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+		f.Close()
+		if err == nil && info.Device == st.Dev && info.Inode == st.Ino {
+			return dev
+		}
+	}
+	return ""
 }
 
 // isMountPoint reports whether dir is a mount point: on another device

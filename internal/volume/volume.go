@@ -99,27 +99,44 @@ func Open(dir string, size int64, idPrefix string, log *slog.Logger) (*Store, er
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		if mnt := filepath.Join(path, "mnt"); isMountPoint(mnt) {
-			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-				return nil, fmt.Errorf("volumes: unmount %s: %w", e.Name(), err)
-			}
-		}
 		v, err := readRecord(path)
-		if err != nil || !validID(e.Name()) || v.ID != e.Name() {
-			// Made only in part (or not by us): nothing refers to it.
-			log.Warn("volumes: removing what is no volume", "entry", e.Name(), "err", err)
-			if err := os.RemoveAll(path); err != nil {
+		switch {
+		case strings.HasPrefix(e.Name(), ".new-") || strings.HasPrefix(e.Name(), ".deleted-") || errors.Is(err, fs.ErrNotExist):
+			// Made or deleted only in part (Create and Delete order
+			// their steps so): nothing refers to it.
+			if err := removeVolumeDir(path); err != nil {
 				return nil, fmt.Errorf("volumes: %w", err)
 			}
 			continue
+		case err != nil || v.ID != e.Name() || !validID(v.ID):
+			// Not a volume of ours, or one whose record cannot be
+			// read now: left alone, never guessed at.
+			log.Error("volumes: skipping an entry that is no readable volume", "entry", e.Name(), "err", err)
+			continue
 		}
 		s.volumes[v.ID] = v
-		if err := s.mount(v.ID); err != nil {
-			s.Close()
-			return nil, err
+		// A volume the previous daemon mounted stays mounted (adopted:
+		// sandboxes of it may live on); one it could not mount now is
+		// there, unmounted, and said so when used.
+		if isMountPoint(filepath.Join(path, "mnt")) {
+			s.mounted[v.ID] = true
+		} else if err := s.mount(v.ID, false); err != nil {
+			log.Error("volumes: a volume cannot be mounted", "volume", v.ID, "err", err)
 		}
 	}
 	return s, nil
+}
+
+// removeVolumeDir removes a volume's directory, lazily unmounting its
+// mount point first if it is one (a sandbox's mount of it keeps it until
+// the sandbox ends).
+func removeVolumeDir(path string) error {
+	if mnt := filepath.Join(path, "mnt"); isMountPoint(mnt) {
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", filepath.Base(path), err)
+		}
+	}
+	return os.RemoveAll(path)
 }
 
 // MinSize is the least size of a volume: ext4's journal and metadata
@@ -166,7 +183,7 @@ func (s *Store) Create(name string) (*Volume, error) {
 		return nil, fmt.Errorf("volume: %w", err)
 	}
 	s.volumes[v.ID] = v
-	if err := s.mount(v.ID); err != nil {
+	if err := s.mount(v.ID, true); err != nil {
 		delete(s.volumes, v.ID)
 		os.RemoveAll(filepath.Join(s.dir, v.ID))
 		return nil, err
@@ -198,7 +215,7 @@ func makeVolume(dir string, v *Volume) error {
 	// Its root is user's (uid 1000 in every sandbox), no space kept for
 	// root: all of it is the volume's. Its inode tables and journal are
 	// zeroed now, not by the kernel once mounted.
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0",
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096",
 		"-E", "root_owner=1000:1000,nodiscard,lazy_itable_init=0,lazy_journal_init=0", image).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("volume: mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
@@ -260,20 +277,18 @@ func (s *Store) Delete(id string) error {
 	if s.volumes[id] == nil {
 		return ErrNotFound
 	}
-	dir := filepath.Join(s.dir, id)
-	if s.mounted[id] {
-		if err := unix.Unmount(filepath.Join(dir, "mnt"), unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("volume: unmount: %w", err)
-		}
-		delete(s.mounted, id)
-	}
-	delete(s.volumes, id)
-	// The record first: a crash midway leaves a directory that the next
-	// Open removes.
-	if err := os.Remove(filepath.Join(dir, "volume.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// Renamed first: a sandbox start or file request that resolves the
+	// volume's path from now on finds nothing, never the bare mount
+	// point of an unmounted volume (a directory of the host's disk). One
+	// that resolved it before holds the mounted volume. A crash midway
+	// leaves a ".deleted-" directory that the next Open removes.
+	gone := filepath.Join(s.dir, ".deleted-"+id)
+	if err := os.Rename(filepath.Join(s.dir, id), gone); err != nil {
 		return fmt.Errorf("volume: %w", err)
 	}
-	return os.RemoveAll(dir)
+	delete(s.volumes, id)
+	delete(s.mounted, id)
+	return removeVolumeDir(gone)
 }
 
 // Mountpoint returns where volume id is mounted: the source of the
@@ -281,23 +296,28 @@ func (s *Store) Delete(id string) error {
 func (s *Store) Mountpoint(id string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.volumes[id] == nil || !s.mounted[id] {
+	if s.volumes[id] == nil {
 		return "", ErrNotFound
+	}
+	if !s.mounted[id] {
+		return "", fmt.Errorf("volume %s could not be mounted when the server started (its log says why)", id)
 	}
 	return filepath.Join(s.dir, id, "mnt"), nil
 }
 
-// mount mounts volume id at its mount point; s.mu is held, or s is not
-// shared yet.
-func (s *Store) mount(id string) error {
+// mount mounts volume id at its mount point, and the first time (made
+// now) removes mkfs's lost+found, no file of the volume's; s.mu is held,
+// or s is not shared yet.
+func (s *Store) mount(id string, first bool) error {
 	mnt := filepath.Join(s.dir, id, "mnt")
 	if err := mountImage(filepath.Join(s.dir, id, "image"), mnt); err != nil {
 		return fmt.Errorf("volume %s: %w", id, err)
 	}
 	s.mounted[id] = true
-	// mkfs's lost+found is no file of the volume's.
-	if err := os.Remove(filepath.Join(mnt, "lost+found")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.log.Warn("volume: remove lost+found", "volume", id, "err", err)
+	if first {
+		if err := os.Remove(filepath.Join(mnt, "lost+found")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("volume: remove lost+found", "volume", id, "err", err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package volume
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -366,5 +367,64 @@ func TestDeleteMounted(t *testing.T) {
 	unix.Close(tree)
 	// The loop device detaches once the last mount is gone.
 	for deadline := time.Now().Add(5 * time.Second); len(loopsOf(dir)) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	}
+}
+
+// TestOneFileSystemPerImage: a volume whose mount a sandbox still holds
+// when the store closes (a lazy unmount: its loop device stays) is
+// mounted again through that same device by the next store, never a
+// second ext4 on the same blocks.
+func TestOneFileSystemPerImage(t *testing.T) {
+	s, dir := testStore(t)
+	v, err := s.Create("held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := s.Mountpoint(v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, mnt, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tree)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(dir, 32<<20, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if l := loopsOf(dir); len(l) != 1 {
+		t.Errorf("loop devices of the volume's image: %v, want the one", l)
+	}
+}
+
+// TestListingBounded: a listing of what a sandbox made to be huge stops
+// at its bound, whole directories of names included.
+func TestListingBounded(t *testing.T) {
+	s, _ := testStore(t)
+	v, err := s.Create("huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt, _ := s.Mountpoint(v.ID)
+	// Long names and link targets (1000 bytes: a small volume's blocks
+	// are 1 KiB), within the volume's inodes.
+	target := strings.Repeat("x", 1000)
+	name := strings.Repeat("n", 240)
+	for i := range maxListed/(len(target)+2*len(name)) + 10 {
+		if err := os.Symlink(target, filepath.Join(mnt, fmt.Sprint("l", i, name))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := files(t, s, v.ID)
+	if _, err := f.List("/", 1); !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), "MiB of names") {
+		t.Errorf("a listing of %d MiB of link targets: %v", maxListed>>20, err)
+	}
+	if err := f.Remove("/l1" + name); err != nil {
+		t.Error(err)
 	}
 }
