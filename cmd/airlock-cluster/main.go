@@ -111,7 +111,7 @@ func routerCmd(args []string) error {
 	url := "http://" + ln.Addr().String()
 	// The key came from the environment (a Secret): never printed, it
 	// would land in the pod's log.
-	fmt.Printf("# E2B_API_KEY is the key in AIRLOCK_API_KEY (%s)\nE2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", apikey.Fingerprint(key), url, url)
+	fmt.Printf("# E2B_API_KEY is the key in AIRLOCK_API_KEY (%s)\nE2B_API_URL=%s\nE2B_VOLUME_API_URL=%s\nE2B_SANDBOX_URL=%s\n", apikey.Fingerprint(key), url, url, url)
 	log.Info("airlock router serving", "listen", ln.Addr().String(), "api_key", apikey.Fingerprint(key))
 	srv, errc := httpserve.Serve(ln, rt, httpserve.Limits{})
 	select {

@@ -30,6 +30,12 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 		template = "base"
 	}
 	candidates := placement(rt.nodes.live(), template)
+	// A sandbox that mounts volumes goes where they are.
+	if home, answered := rt.volumeHome(w, r, body); answered {
+		return
+	} else if home != nil {
+		candidates = []node{*home}
+	}
 	if len(candidates) == 0 {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "no live Airlock node: none has registered, or every one's lease ran out")

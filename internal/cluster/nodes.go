@@ -164,6 +164,11 @@ func (s *nodeSet) byID(id string) (node, bool) {
 	if p == "" {
 		return node{}, false
 	}
+	return s.byPrefix(p)
+}
+
+// byPrefix is the live node whose id prefix is p.
+func (s *nodeSet) byPrefix(p string) (node, bool) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -138,8 +138,17 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// given, without the API key.
 		id, hash := filesPath(path)
 		rt.uploadFiles(w, r, id, hash)
+	case strings.HasPrefix(path, "/volumecontent/"):
+		// A volume's files carry its token, which its node checks.
+		rt.volumeContent(w, r)
 	case !rt.authorized(r):
 		writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY or Authorization: Bearer)")
+	case r.Method == http.MethodPost && path == "/volumes":
+		rt.createVolume(w, r)
+	case r.Method == http.MethodGet && path == "/volumes":
+		rt.listVolumes(w, r)
+	case strings.HasPrefix(path, "/volumes/"):
+		rt.toVolume(w, r, strings.TrimPrefix(path, "/volumes/"))
 	case r.Method == http.MethodPost && (path == "/sandboxes" || path == "/v2/sandboxes"):
 		rt.create(w, r)
 	case r.Method == http.MethodGet && (path == "/sandboxes" || path == "/v2/sandboxes"):
@@ -192,6 +201,11 @@ func (rt *Router) toSandbox(w http.ResponseWriter, r *http.Request, to route) {
 		return
 	}
 	to.node = n
+	rt.proxyTo(w, r, to)
+}
+
+// proxyTo passes r to to.node.
+func (rt *Router) proxyTo(w http.ResponseWriter, r *http.Request, to route) {
 	// Streams answer while their request is still read (see the node's
 	// gateway): without full duplex the server would end the body.
 	_ = http.NewResponseController(w).EnableFullDuplex()

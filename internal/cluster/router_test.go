@@ -442,3 +442,71 @@ func informerEvent(t *testing.T, set *nodeSet, inf cache.SharedIndexInformer, na
 	}
 	set.rebuild()
 }
+
+// volumeID is an id of a volume of node name (package volume's form).
+func volumeID(name string) string { return IDPrefix(name) + "00-0000-4000-8000-000000000000" }
+
+// TestRouterVolumes: a volume's requests reach its node (its files
+// without the API key: the node checks the volume's token), the list is
+// every node's, a new volume's name is checked against every node, and
+// a sandbox that mounts volumes goes to their node.
+func TestRouterVolumes(t *testing.T) {
+	volumesOf := map[string]string{"node-a": `[{"volumeID":"` + volumeID("node-a") + `","name":"alpha"}]`, "node-b": `[{"volumeID":"` + volumeID("node-b") + `","name":"beta"}]`}
+	handle := func(name string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.Method == "GET" && r.URL.Path == "/volumes":
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, volumesOf[name])
+			default:
+				writeJSON(w, http.StatusCreated, map[string]string{"node": name, "path": r.URL.Path})
+			}
+		}
+	}
+	a, b := newFakeNode(t, "node-a", handle("node-a")), newFakeNode(t, "node-b", handle("node-b"))
+	now := time.Now()
+	// node-a has a ready pool: a plain create would go there.
+	client := fakeClient(append(registered("node-a", a.srv.URL, 0, map[string]int64{"base": 2}, now), registered("node-b", b.srv.URL, 0, nil, now)...)...)
+	rt := newTestRouter(t, client)
+
+	code, _, body := rt.do(t, "GET", "/volumes", routerKey, "", nil)
+	if code != http.StatusOK || !strings.Contains(body, `"alpha"`) || !strings.Contains(body, `"beta"`) {
+		t.Errorf("list: %d %s", code, body)
+	}
+	if code, _, body := rt.do(t, "GET", "/volumes/"+volumeID("node-b"), routerKey, "", nil); code != http.StatusCreated || !strings.Contains(body, `"node":"node-b"`) {
+		t.Errorf("a volume of node-b: %d %s", code, body)
+	}
+	if code, _, _ := rt.do(t, "GET", "/volumes/"+volumeID("node-c"), routerKey, "", nil); code != http.StatusNotFound {
+		t.Errorf("a volume of no node: %d", code)
+	}
+	code, _, body = rt.do(t, "PUT", "/volumecontent/"+volumeID("node-a")+"/file?path=/x", "", "data", http.Header{"Authorization": {"Bearer vol_token"}})
+	if seen := a.requests(); code != http.StatusCreated || seen[len(seen)-1].header.Get("Authorization") != "Bearer vol_token" || seen[len(seen)-1].body != "data" {
+		t.Errorf("a volume's files, by its token: %d %s", code, body)
+	}
+
+	if code, _, body := rt.do(t, "POST", "/volumes", routerKey, `{"name":"beta"}`, nil); code != http.StatusBadRequest || !strings.Contains(body, "already exists") {
+		t.Errorf("a name a node has: %d %s", code, body)
+	}
+	before := len(a.requests()) + len(b.requests())
+	if code, _, _ := rt.do(t, "POST", "/volumes", routerKey, `{"name":"gamma"}`, nil); code != http.StatusCreated {
+		t.Errorf("a new volume: %d", code)
+	}
+	posts := 0
+	for _, s := range append(a.requests(), b.requests()...) {
+		if s.method == "POST" && s.uri == "/volumes" {
+			posts++
+		}
+	}
+	if posts != 1 || len(a.requests())+len(b.requests()) != before+3 {
+		t.Errorf("a new volume was posted to %d nodes", posts)
+	}
+
+	code, _, body = rt.do(t, "POST", "/sandboxes", routerKey, `{"templateID":"base","volumeMounts":[{"name":"beta","path":"/b"}]}`, nil)
+	if code != http.StatusCreated || !strings.Contains(body, `"node":"node-b"`) {
+		t.Errorf("a sandbox mounting node-b's volume: %d %s", code, body)
+	}
+	code, _, body = rt.do(t, "POST", "/sandboxes", routerKey, `{"templateID":"base","volumeMounts":[{"name":"alpha","path":"/a"},{"name":"beta","path":"/b"}]}`, nil)
+	if code != http.StatusBadRequest || !strings.Contains(body, "different nodes") {
+		t.Errorf("a sandbox mounting volumes of two nodes: %d %s", code, body)
+	}
+}

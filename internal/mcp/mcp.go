@@ -50,6 +50,7 @@ type session struct {
 	// timeout (0: the server's).
 	template string
 	limits   sandbox.Limits
+	volumes  []sandbox.VolumeMount
 	ttl      time.Duration
 	ended    bool
 }
@@ -125,7 +126,7 @@ func (s *Server) sandboxFor(ctx context.Context, req *sdk.CallToolRequest) (*san
 		}
 		return sb, nil
 	}
-	sb, err := s.create(ctx, cmp.Or(ss.template, codeTemplate), cmp.Or(ss.ttl, s.ttl), ss.limits)
+	sb, err := s.create(ctx, cmp.Or(ss.template, codeTemplate), cmp.Or(ss.ttl, s.ttl), ss.limits, ss.volumes)
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +134,9 @@ func (s *Server) sandboxFor(ctx context.Context, req *sdk.CallToolRequest) (*san
 	return sb, nil
 }
 
-func (s *Server) create(ctx context.Context, template string, ttl time.Duration, limits sandbox.Limits) (*sandbox.Sandbox, error) {
+func (s *Server) create(ctx context.Context, template string, ttl time.Duration, limits sandbox.Limits, volumes []sandbox.VolumeMount) (*sandbox.Sandbox, error) {
 	return s.m.Create(ctx, sandbox.CreateRequest{TemplateID: template, TTL: ttl, ClientID: "mcp",
-		Metadata: map[string]string{"mcp-session": "true"}, Limits: limits})
+		Metadata: map[string]string{"mcp-session": "true"}, Limits: limits, Volumes: volumes})
 }
 
 func (s *Server) endSession(id string, ss *session) {

@@ -3,7 +3,9 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -12,12 +14,13 @@ import (
 )
 
 type createIn struct {
-	Template       string  `json:"template,omitempty" jsonschema:"base or code-interpreter-v1 (default)"`
-	TimeoutSeconds int     `json:"timeout_seconds,omitempty" jsonschema:"the sandbox's time to live, within the server's bounds"`
-	MemoryMB       int64   `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB; at most the template's (list_sandboxes shows it)"`
-	CPUs           float64 `json:"cpus,omitempty" jsonschema:"CPU limit in cores, e.g. 0.5; at most the template's"`
-	Pids           int64   `json:"pids,omitempty" jsonschema:"limit on processes and threads; at most the template's"`
-	DiskMB         int64   `json:"disk_mb,omitempty" jsonschema:"size limit of /tmp and /home/user in MiB; at most the template's"`
+	Template       string            `json:"template,omitempty" jsonschema:"base or code-interpreter-v1 (default)"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"the sandbox's time to live, within the server's bounds"`
+	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB; at most the template's (list_sandboxes shows it)"`
+	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU limit in cores, e.g. 0.5; at most the template's"`
+	Pids           int64             `json:"pids,omitempty" jsonschema:"limit on processes and threads; at most the template's"`
+	DiskMB         int64             `json:"disk_mb,omitempty" jsonschema:"size limit of /tmp and /home/user in MiB; at most the template's"`
+	Volumes        map[string]string `json:"volumes,omitempty" jsonschema:"volumes to mount read-write, each an absolute path inside to a volume's name, e.g. {\"/mnt/data\": \"data\"} (volumes are made with the E2B SDK's Volume.create)"`
 }
 
 func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
@@ -41,10 +44,14 @@ func (s *Server) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in
 		return toolError("create_sandbox: the session has ended"), nil, nil
 	}
 	limits := sandbox.Limits{MemoryBytes: mib(in.MemoryMB), CPUs: in.CPUs, Pids: in.Pids, DiskBytes: mib(in.DiskMB)}
-	sb, err := s.create(ctx, tmpl, ttl, limits)
+	var volumes []sandbox.VolumeMount
+	for _, p := range slices.Sorted(maps.Keys(in.Volumes)) {
+		volumes = append(volumes, sandbox.VolumeMount{Name: in.Volumes[p], Path: p})
+	}
+	sb, err := s.create(ctx, tmpl, ttl, limits, volumes)
 	old := ss.sandboxID
 	if err == nil {
-		ss.sandboxID, ss.template, ss.limits, ss.ttl = sb.ID, tmpl, limits, ttl
+		ss.sandboxID, ss.template, ss.limits, ss.volumes, ss.ttl = sb.ID, tmpl, limits, volumes, ttl
 	}
 	ss.mu.Unlock()
 	if err != nil {

@@ -91,6 +91,7 @@ func TestCreateSandbox(t *testing.T) {
 		{map[string]any{"memory_mb": 1 << 50}, "create_sandbox: invalid request: memory 9223372036854775807 is above the template's 512M"}, // saturated, not wrapped,
 		{map[string]any{"cpus": -1}, "create_sandbox: memory_mb, cpus, pids and disk_mb must not be negative"},
 		{map[string]any{"timeout_seconds": -5}, "create_sandbox: timeout_seconds must be between 1 and 86400"},
+		{map[string]any{"volumes": map[string]any{"/mnt/data": "data"}}, "create_sandbox: invalid request: this server has no volumes"},
 		{map[string]any{"timeout_seconds": 7200}, "create_sandbox: invalid request: timeout 2h0m0s is above this server's maximum of 1h0m0s"},
 	} {
 		text, isErr := call(t, cs, "create_sandbox", tc.args)

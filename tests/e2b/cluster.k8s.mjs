@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { request as httpRequest } from 'node:http'
-import { Sandbox, Template, BuildError } from 'e2b'
+import { Sandbox, Template, BuildError, Volume } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { readdirSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
@@ -166,6 +166,20 @@ function viaHost(base, host, path) {
     req.end()
   })
 }
+
+test('a volume lives on one node: its files through the router by its token, a sandbox that mounts it lands there', { skip }, async () => {
+  process.env.E2B_VOLUME_API_URL = c.url // where the SDK sends a volume's files
+  const vol = await Volume.create('shared', c.opts)
+  await vol.writeFile('/hello.txt', 'from outside')
+  assert.ok((await Volume.list(c.opts)).some((v) => v.name === 'shared'))
+  await assert.rejects(Volume.create('shared', c.opts), /already exists/)
+  const sb = await Sandbox.create('base', { ...c.opts, volumeMounts: { '/mnt/v': 'shared' } })
+  created.push(sb)
+  assert.equal((await sb.commands.run('cat /mnt/v/hello.txt')).stdout, 'from outside')
+  assert.equal(sb.sandboxId.slice(1, 7), vol.volumeId.slice(0, 6), 'the sandbox is on its volume\'s node')
+  await sb.kill()
+  assert.equal(await Volume.destroy(vol.volumeId, c.opts), true)
+})
 
 test('a pool size set with an AirlockPool takes effect on every node, and goes back when removed', { skip }, async () => {
   const pool = {
