@@ -86,6 +86,10 @@ func (s imageTemplates) snapshot(img *image.Image) (sandbox.Template, error) {
 		return sandbox.Template{}, &sandbox.PublicError{Cause: err, Err: fmt.Errorf("%w: snapshot %s was taken on the %s backend, which this server cannot run (the server log says why)",
 			sandbox.ErrInvalid, img.Name, img.Snapshot.Backend)}
 	}
+	var volumes []sandbox.VolumeMount
+	for _, v := range img.Snapshot.Volumes {
+		volumes = append(volumes, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
+	}
 	return sandbox.Template{Name: img.Name, Policy: img.Snapshot.Policy, Backend: be, Snapshot: dir,
-		PoolSize: s.PoolSize, Version: img.Created.String() + img.Snapshot.Dir}, nil
+		PoolSize: s.PoolSize, Version: img.Created.String() + img.Snapshot.Dir, VolumeMounts: volumes}, nil
 }

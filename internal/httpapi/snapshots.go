@@ -102,6 +102,9 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	img := &image.Image{Name: name, Source: "snapshot of sandbox " + id, Created: time.Now().UTC(),
 		Snapshot: &image.Snapshot{Dir: dirName, Sandbox: id, Template: of.Template, Backend: of.Backend.Name(), Policy: of.Policy}}
+	for _, vm := range of.VolumeMounts {
+		img.Snapshot.Volumes = append(img.Snapshot.Volumes, image.SnapshotVolume{Name: vm.Name, Path: vm.Path})
+	}
 	// A sandbox of an image keeps that image's layers, which its clones
 	// run on, for as long as the snapshot is.
 	if base, err := store.Get(build.Normalize(of.Template)); err == nil {

@@ -63,6 +63,16 @@ type Snapshot struct {
 	Template string        `json:"template"` // that sandbox's template
 	Backend  string        `json:"backend"`
 	Policy   policy.Policy `json:"policy"`
+	// Volumes are the volumes the sandbox mounted, which its clones
+	// mount again.
+	Volumes []SnapshotVolume `json:"volumes,omitempty"`
+}
+
+// SnapshotVolume is a volume a snapshot's sandbox mounted: its name and
+// where.
+type SnapshotVolume struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // Resources are what a template's sandboxes ask for.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -168,6 +169,9 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, tmpl *Template,
 	}
 	sb := m.newSandbox(ctx, id, req, pol, be, inst, netAtt)
 	sb.private = req.Private
+	if len(tmpl.VolumeMounts) > 0 {
+		sb.VolumeMounts = append(slices.Clone(tmpl.VolumeMounts), req.Volumes...)
+	}
 	if req.PoolOnly {
 		// Its pool refills when it ends, or now if it is not handed out.
 		sb.refill = p
@@ -207,6 +211,9 @@ func (m *Manager) requestPolicy(req CreateRequest, tmpl *Template) (policy.Polic
 		return pol, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	pol.Network = req.Network
+	if pol, err = m.snapshotVolumes(pol, tmpl); err != nil {
+		return pol, false, err
+	}
 	if len(req.Volumes) > 0 {
 		if pol, err = m.volumePolicy(pol, req.Volumes); err != nil {
 			return pol, false, err

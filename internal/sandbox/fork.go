@@ -76,7 +76,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int, ttl time.Durat
 // template is the template whose sandboxes are clones of the snapshot in
 // dir.
 func (of SnapshotOf) template(dir string) Template {
-	return Template{Name: of.Template, Policy: of.Policy, Backend: of.Backend, Snapshot: dir}
+	return Template{Name: of.Template, Policy: of.Policy, Backend: of.Backend, Snapshot: dir, VolumeMounts: of.VolumeMounts}
 }
 
 // scratchDir makes a directory for a fork's snapshot (kind "forks") or

@@ -42,6 +42,10 @@ type Template struct {
 	// clones of a save of its first ready one (warm.go), not each started
 	// and readied.
 	WarmSnapshot bool
+	// VolumeMounts are the volumes a snapshot's sandbox mounted, which
+	// its clones mount again (a clone's kernel has them mounted): Policy
+	// has their mounts, looked up again by name at each create.
+	VolumeMounts []VolumeMount
 }
 
 // backend returns the backend of t's sandboxes.

@@ -82,8 +82,13 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 		os.Remove(m.filesPath(sb.ID))
 		return m.restored(sb, inst, att, start)
 	}
-	inst, att, err := m.inNetwork(ctx, sb.ID, sb.pol, func(netns *os.File) (Instance, error) {
-		return sb.be.(backend.Restorer).Restore(ctx, sb.savedName, sb.pol, netns)
+	// Its volumes where they are now, by name.
+	pol, err := m.repointVolumes(sb.pol, sb.VolumeMounts, "sandbox "+sb.ID)
+	if err != nil {
+		return &UnrestorableError{ID: sb.ID, Err: err}
+	}
+	inst, att, err := m.inNetwork(ctx, sb.ID, pol, func(netns *os.File) (Instance, error) {
+		return sb.be.(backend.Restorer).Restore(ctx, sb.savedName, pol, netns)
 	})
 	if errors.As(err, new(networkError)) {
 		// Its saved state is whole: another try may find a network.
@@ -101,6 +106,7 @@ func (m *Manager) restore(ctx context.Context, sb *Sandbox, from State) error {
 	if c, ok := bare(inst).(backend.Committer); ok {
 		c.Commit()
 	}
+	sb.pol.Mounts = pol.Mounts
 	return m.restored(sb, inst, att, start)
 }
 

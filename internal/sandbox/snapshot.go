@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -32,6 +33,8 @@ type SnapshotOf struct {
 	Policy   policy.Policy
 	Network  policy.Network
 	Metadata map[string]string
+	// VolumeMounts are the volumes it mounted, which its clones mount.
+	VolumeMounts []VolumeMount
 }
 
 // Snapshot saves a copy of running sandbox id into dir, which must not
@@ -50,8 +53,6 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s is paused: connect to it first, then snapshot or fork it", ErrConflict, id)
 	case !cloner:
 		return SnapshotOf{}, fmt.Errorf("%w: the %s backend cannot snapshot or fork a running sandbox (its memory): the gvisor backend can", ErrInvalid, sb.be.Name())
-	case len(sb.VolumeMounts) > 0:
-		return SnapshotOf{}, fmt.Errorf("%w: sandbox %s mounts volumes: snapshots and forks of a sandbox with volumes are not supported yet", ErrInvalid, id)
 	}
 	s, ok := bare(sb.inst).(backend.Snapshotter)
 	if !ok {
@@ -79,5 +80,6 @@ func (m *Manager) Snapshot(ctx context.Context, id, dir string) (SnapshotOf, err
 	pol := sb.pol
 	pol.Network = policy.Network{}
 	network, _ := sb.Network()
-	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: pol, Network: network, Metadata: maps.Clone(sb.Metadata)}, nil
+	return SnapshotOf{Sandbox: id, Template: sb.TemplateID, Backend: sb.be, Policy: pol, Network: network, Metadata: maps.Clone(sb.Metadata),
+		VolumeMounts: slices.Clone(sb.VolumeMounts)}, nil
 }

@@ -23,6 +23,45 @@ type Volumes interface {
 	Mountpoint(id string) (string, error)
 }
 
+// snapshotVolumes points the mounts of tmpl's volumes (a snapshot's) in
+// pol at where those volumes are now: each looked up again by name (one
+// deleted since is a 400 naming it; one made again under its name is
+// mounted in its place, as E2B re-applies mounts by name).
+func (m *Manager) snapshotVolumes(pol policy.Policy, tmpl *Template) (policy.Policy, error) {
+	return m.repointVolumes(pol, tmpl.VolumeMounts, tmpl.Name)
+}
+
+// repointVolumes points the mounts of vms in pol (those of owner: a
+// snapshot, or a sandbox saved to disk) at where their volumes are now.
+func (m *Manager) repointVolumes(pol policy.Policy, vms []VolumeMount, owner string) (policy.Policy, error) {
+	if len(vms) == 0 {
+		return pol, nil
+	}
+	if m.cfg.Volumes == nil {
+		return pol, fmt.Errorf("%w: %s mounts volumes, and this server has none", ErrInvalid, owner)
+	}
+	pol.Mounts = slices.Clone(pol.Mounts)
+	for _, vm := range vms {
+		v, err := m.cfg.Volumes.ByName(vm.Name)
+		if errors.Is(err, volume.ErrNotFound) {
+			return pol, fmt.Errorf("%w: %s mounts volume '%s' at %s, which is gone", ErrInvalid, owner, vm.Name, vm.Path)
+		}
+		if err != nil {
+			return pol, err
+		}
+		src, err := m.cfg.Volumes.Mountpoint(v.ID)
+		if err != nil {
+			return pol, err
+		}
+		i := slices.IndexFunc(pol.Mounts, func(mt policy.Mount) bool { return mt.IDMapped && mt.Target == vm.Path })
+		if i < 0 {
+			return pol, fmt.Errorf("%s: no mount of volume %s at %s", owner, vm.Name, vm.Path)
+		}
+		pol.Mounts[i].Source = src
+	}
+	return pol, nil
+}
+
 // volumePolicy adds the mounts of vms to pol: each volume's mount point,
 // read-write and idmapped (its files' owners are the sandboxes' ids). The
 // sandbox sees its files as they are, shared with every other sandbox

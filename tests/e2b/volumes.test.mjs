@@ -119,3 +119,32 @@ test('volume mounts that cannot be: an unknown volume, a relative or repeated pa
   await assert.rejects(Sandbox.create({ volumeMounts: { 'relative/x': 'other' } }), /path must be absolute/)
   await assert.rejects(Sandbox.create({ volumeMounts: { '/proc/x': 'other' } }), /reserved/)
 })
+
+test('fork, snapshot and pause to disk of a sandbox with a volume: the copies and the resumed one mount it again, live, as on E2B', { skip: process.env.AIRLOCK_TEST_BACKEND !== 'gvisor' && 'snapshots and forks are the gvisor backend\'s', timeout: 300_000 }, async () => {
+  await Volume.create('forked')
+  const sbx = await Sandbox.create({ volumeMounts: { '/mnt/v': 'forked' } })
+  const others = []
+  try {
+    await sbx.commands.run('echo original > /mnt/v/o.txt')
+    const [copy] = await sbx.fork({ count: 1 })
+    others.push(copy)
+    assert.deepEqual((await Sandbox.getInfo(copy.sandboxId)).volumeMounts, [{ name: 'forked', path: '/mnt/v' }])
+    assert.equal((await copy.commands.run('cat /mnt/v/o.txt')).stdout, 'original\n')
+    // The same volume, not a copy of it: what one writes the other reads.
+    await copy.commands.run('echo copy > /mnt/v/c.txt')
+    assert.equal((await sbx.commands.run('cat /mnt/v/c.txt')).stdout, 'copy\n')
+    const snap = await sbx.createSnapshot()
+    const fromSnap = await Sandbox.create(snap.snapshotId)
+    others.push(fromSnap)
+    assert.equal((await fromSnap.commands.run('cat /mnt/v/c.txt')).stdout, 'copy\n')
+    assert.deepEqual((await Sandbox.getInfo(fromSnap.sandboxId)).volumeMounts, [{ name: 'forked', path: '/mnt/v' }])
+    await Sandbox.deleteSnapshot(snap.snapshotId)
+    // Paused to disk and resumed: its volume mounted again, live.
+    await sbx.pause()
+    await copy.commands.run('echo while-paused > /mnt/v/p.txt')
+    const back = await Sandbox.connect(sbx.sandboxId)
+    assert.equal((await back.commands.run('cat /mnt/v/p.txt')).stdout, 'while-paused\n')
+  } finally {
+    for (const s of [sbx, ...others]) await s.kill()
+  }
+})

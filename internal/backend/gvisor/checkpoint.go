@@ -264,6 +264,12 @@ func (be *Backend) Restore(ctx context.Context, name string, p policy.Policy, ne
 			return nil, fmt.Errorf("the image's layers: %w", err)
 		}
 	}
+	// The host mounts (volumes) again, where config.json names them: the
+	// checkpoint's release unmounted them.
+	if _, err := b.userMounts(&p); err != nil {
+		b.release("")
+		return nil, err
+	}
 	s, err := be.newAgentSandbox(b, p.Root)
 	if err != nil {
 		b.release("")
