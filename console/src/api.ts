@@ -73,6 +73,52 @@ export interface Pool {
 
 export const listPools = () => api<{ pools: Pool[]; memoryBudgetBytes: number }>('/airlock/pools')
 
+// Volumes (E2B's Volume): the list, and a volume's entries and files,
+// which the content API serves to the API key as to the volume's token.
+export interface Volume {
+  volumeID: string
+  name: string
+}
+
+export interface VolumeEntry {
+  name: string
+  type: 'file' | 'directory' | 'symlink' | 'unknown'
+  path: string
+  size: number
+  mode: number
+  uid: number
+  gid: number
+  mtime: string
+  target?: string
+}
+
+export const listVolumes = () => api<Volume[]>('/volumes')
+export const listVolumeDir = (id: string, path: string) =>
+  api<VolumeEntry[]>(`/volumecontent/${encodeURIComponent(id)}/dir?path=${encodeURIComponent(path)}`)
+
+// readVolumeFile reads at most limit bytes of a file of volume id, as
+// text: a preview, never the whole of a big file.
+export async function readVolumeFile(id: string, path: string, limit: number): Promise<{ text: string; cut: boolean }> {
+  const res = await fetch(`/volumecontent/${encodeURIComponent(id)}/file?path=${encodeURIComponent(path)}`, { headers: { 'X-API-KEY': session.key } })
+  if (res.status === 401) throw new AuthError('the API key was refused')
+  if (!res.ok) throw new Error((await res.json().catch(() => null))?.message ?? `${res.status} ${res.statusText}`)
+  const reader = res.body!.getReader()
+  const chunks: Uint8Array[] = []
+  let n = 0
+  while (n < limit) {
+    const { value, done } = await reader.read()
+    if (done) break
+    chunks.push(value)
+    n += value.length
+  }
+  const cut = n >= limit
+  reader.cancel()
+  const all = new Uint8Array(n)
+  let off = 0
+  for (const c of chunks) { all.set(c, off); off += c.length }
+  return { text: new TextDecoder().decode(all.subarray(0, limit)), cut }
+}
+
 // Actions on one sandbox, as the SDK does them.
 export const actions = {
   kill: (id: string) => Sandbox.kill(id, sdk()),

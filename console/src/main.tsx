@@ -1,6 +1,7 @@
 // Airlock's console: log in with the API key, then the sandboxes, one
-// sandbox, the playground and the pools, each a page of the URL's hash
-// (#/sandboxes, #/sandboxes/ID, #/playground, #/pools).
+// sandbox, the playground, the pools and the volumes, each a page of the
+// URL's hash (#/sandboxes, #/sandboxes/ID, #/playground, #/pools,
+// #/volumes, #/volumes/ID).
 import { render } from 'preact'
 import { useEffect, useState } from 'preact/hooks'
 import { AuthError, listPools, session } from './api'
@@ -8,6 +9,7 @@ import { Sandboxes } from './sandboxes'
 import { SandboxPage } from './sandbox'
 import { Playground } from './playground'
 import { Pools } from './pools'
+import { VolumePage, Volumes } from './volumes'
 import './style.css'
 
 function useHash(): string {
@@ -61,6 +63,7 @@ function App() {
         <a href="#/sandboxes" class={page === 'sandboxes' ? 'on' : ''}>Sandboxes</a>
         <a href="#/playground" class={page === 'playground' ? 'on' : ''}>Playground</a>
         <a href="#/pools" class={page === 'pools' ? 'on' : ''}>Pools</a>
+        <a href="#/volumes" class={page === 'volumes' ? 'on' : ''}>Volumes</a>
         <button class="link" onClick={logout}>Log out</button>
       </nav>
       <main>
@@ -68,6 +71,8 @@ function App() {
         {page === 'sandboxes' && id && <SandboxPage id={decodeURIComponent(id)} />}
         {page === 'playground' && <Playground />}
         {page === 'pools' && <Pools />}
+        {page === 'volumes' && !id && <Volumes />}
+        {page === 'volumes' && id && <VolumePage id={decodeURIComponent(id)} />}
       </main>
     </>
   )

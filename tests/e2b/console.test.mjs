@@ -4,7 +4,7 @@
 // run a matplotlib cell (an <img> whose PNG decodes), a DataFrame (its
 // table inside the isolated frame), a cell whose HTML tries to script the
 // console (it cannot), a terminal (echo hi); a sandbox's page; the pools;
-// kill a sandbox and see it leave. Screenshots of each page go to
+// kill a sandbox and see it leave; a volume's files. Screenshots of each page go to
 // AIRLOCK_SCREENSHOTS (default: a temporary directory, printed).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -12,7 +12,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { chromium } from 'playwright-core'
-import { Sandbox } from 'e2b'
+import { Sandbox, Volume } from 'e2b'
 import { startServer } from './harness.mjs'
 
 const chromiumPath = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find(existsSync)
@@ -146,6 +146,23 @@ display(HTML('<b id="probe">html</b><script>parent.document.title = "owned"; win
   await page.locator('.files button', { hasText: 'notes.txt' }).waitFor()
   await shot('sandbox')
   await Sandbox.kill(id)
+})
+
+test('the volumes page lists volumes and shows a volume\'s files as text', { skip }, async () => {
+  const vol = await Volume.create('console-vol')
+  try {
+    await vol.writeFile('/docs/readme.txt', 'hello <b>volume</b>', { force: true })
+    await page.goto(server.env.E2B_API_URL + '/#/volumes')
+    await page.locator('tr[data-volume="console-vol"] a').click()
+    await page.locator('tr[data-entry="docs"] button').click()
+    await page.locator('tr[data-entry="readme.txt"] button').click()
+    await page.locator('.preview pre').waitFor()
+    assert.equal(await page.locator('.preview pre').textContent(), 'hello <b>volume</b>')
+    assert.equal(await page.locator('.preview b').count(), 0, 'a file is shown as text, never as HTML')
+    await shot('volume')
+  } finally {
+    await Volume.destroy(vol.volumeId)
+  }
 })
 
 test('the pools page shows each template\'s pool', { skip }, async () => {
