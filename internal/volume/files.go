@@ -148,16 +148,23 @@ func pathErr(err error) error {
 
 // Stat returns the entry at p, a symbolic link as itself.
 func (f *Files) Stat(p string) (*Entry, error) {
-	abs, rel, err := clean(p)
-	if err != nil {
-		return nil, err
-	}
-	fd, err := openBeneath(int(f.root.Fd()), rel, unix.O_PATH|unix.O_NOFOLLOW)
+	fd, abs, err := f.openPath(p)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
 	return entryOf(fd, "", abs)
+}
+
+// openPath opens p itself (O_PATH: a symbolic link as itself), and
+// returns it with its clean absolute form.
+func (f *Files) openPath(p string) (int, string, error) {
+	abs, rel, err := clean(p)
+	if err != nil {
+		return -1, "", err
+	}
+	fd, err := openBeneath(int(f.root.Fd()), rel, unix.O_PATH|unix.O_NOFOLLOW)
+	return fd, abs, err
 }
 
 // entryOf is the entry of name in dir (name "": dir itself), at abs.
@@ -267,18 +274,13 @@ func (l *listing) list(dir int, abs string, depth int) error {
 
 // readNames reads the names in directory dir, sorted, from the start,
 // without "." and "..": at most max of them, or errTooMany. It leaves
-// dir open (a dup is read).
+// dir open.
 func readNames(dir int, max int) ([]string, error) {
-	dup, err := unix.Dup(dir)
+	f, err := rewound(dir)
 	if err != nil {
 		return nil, err
 	}
-	unix.CloseOnExec(dup)
-	f := os.NewFile(uintptr(dup), "dir")
 	defer f.Close()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
 	var names []string
 	for {
 		batch, err := f.Readdirnames(1024)
@@ -299,21 +301,32 @@ func readNames(dir int, max int) ([]string, error) {
 
 // firstNames reads at most n names of directory dir, from its start.
 func firstNames(dir, n int) ([]string, error) {
+	f, err := rewound(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(n)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return names, err
+}
+
+// rewound is a duplicate of directory dir, to be read from its start
+// and closed by the caller; dir stays open.
+func rewound(dir int) (*os.File, error) {
 	dup, err := unix.Dup(dir)
 	if err != nil {
 		return nil, err
 	}
 	unix.CloseOnExec(dup)
 	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
 		return nil, err
 	}
-	names, err := f.Readdirnames(n)
-	if errors.Is(err, io.EOF) {
-		err = nil
-	}
-	return names, err
+	return f, nil
 }
 
 // parent opens the directory that holds rel (creating the missing ones,
@@ -485,11 +498,7 @@ func (f *Files) Open(p string) (*os.File, error) {
 
 // SetAttr changes the mode, owner or both of p (nil: unchanged).
 func (f *Files) SetAttr(p string, uid, gid *int, mode *uint32) (*Entry, error) {
-	abs, rel, err := clean(p)
-	if err != nil {
-		return nil, err
-	}
-	fd, err := openBeneath(int(f.root.Fd()), rel, unix.O_PATH|unix.O_NOFOLLOW)
+	fd, abs, err := f.openPath(p)
 	if err != nil {
 		return nil, err
 	}

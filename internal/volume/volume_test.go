@@ -63,6 +63,20 @@ func loopsOf(dir string) []string {
 	return out
 }
 
+// created makes volume name in s and returns it with its mount point.
+func created(t *testing.T, s *Store, name string) (*Volume, string) {
+	t.Helper()
+	v, err := s.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := s.Mountpoint(v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, mnt
+}
+
 func files(t *testing.T, s *Store, id string) *Files {
 	t.Helper()
 	f, err := s.Files(id)
@@ -196,14 +210,7 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // operation out of it, nor blocks one.
 func TestHostileEntries(t *testing.T) {
 	s, _ := testStore(t)
-	v, err := s.Create("hostile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt, err := s.Mountpoint(v.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, mnt := created(t, s, "hostile")
 	outside := filepath.Join(t.TempDir(), "outside")
 	os.WriteFile(outside, []byte("host"), 0o644)
 	// As a sandbox would make them, inside its mount of the volume.
@@ -342,14 +349,7 @@ func TestReopen(t *testing.T) {
 // it is left.
 func TestDeleteMounted(t *testing.T) {
 	s, dir := testStore(t)
-	v, err := s.Create("doomed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt, err := s.Mountpoint(v.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, mnt := created(t, s, "doomed")
 	// A sandbox's mount: a clone of the volume's, as the backends make.
 	tree, err := unix.OpenTree(unix.AT_FDCWD, mnt, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
@@ -376,14 +376,7 @@ func TestDeleteMounted(t *testing.T) {
 // second ext4 on the same blocks.
 func TestOneFileSystemPerImage(t *testing.T) {
 	s, dir := testStore(t)
-	v, err := s.Create("held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt, err := s.Mountpoint(v.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, mnt := created(t, s, "held")
 	tree, err := unix.OpenTree(unix.AT_FDCWD, mnt, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -406,13 +399,8 @@ func TestOneFileSystemPerImage(t *testing.T) {
 // at its bound, whole directories of names included.
 func TestListingBounded(t *testing.T) {
 	s, _ := testStore(t)
-	v, err := s.Create("huge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt, _ := s.Mountpoint(v.ID)
-	// Long names and link targets (1000 bytes: a small volume's blocks
-	// are 1 KiB), within the volume's inodes.
+	v, mnt := created(t, s, "huge")
+	// Long names and link targets, within the volume's inodes.
 	target := strings.Repeat("x", 1000)
 	name := strings.Repeat("n", 240)
 	for i := range maxListed/(len(target)+2*len(name)) + 10 {
