@@ -368,7 +368,14 @@ function kinds(create, rand) {
       const s = await create()
       const r = await s.commands.run(`setsid sh -c 'trap "" TERM; sleep 1000' >/dev/null 2>&1 &`)
       check(r.exitCode === 0, 'daemonized: exit code')
-      check((await s.commands.run('ps -eo args')).stdout.includes('sleep 1000'), 'daemonized: the process runs')
+      // The shell forks it in the background: on a loaded host it may
+      // not have run sleep yet when the command returns.
+      let runs = false
+      for (let i = 0; i < 50 && !runs; i++) {
+        runs = (await s.commands.run('ps -eo args')).stdout.includes('sleep 1000')
+        if (!runs) await sleep(100)
+      }
+      check(runs, 'daemonized: the process runs')
       check(await s.kill(), 'daemonized: kill')
     },
     async concurrentKills() {
