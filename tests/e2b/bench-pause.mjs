@@ -7,7 +7,7 @@
 // - create-to-first-cell of the code interpreter: a kernel started in the
 //   sandbox (no warm snapshot) against a clone of the warm snapshot, from
 //   the pool and cold (a pool memory budget that keeps the pool empty).
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Sandbox as Base } from 'e2b'
@@ -120,3 +120,4 @@ console.log(`fork x1                                                ${vs(forks[1
 console.log(`fork x3                                                ${vs(forks[3])}`)
 console.log(`fork x10                                               ${vs(forks[10])}`)
 console.log(`snapshot                                               ${vs(forks.snapshot)}`)
+rmSync(dir, { recursive: true, force: true }) // the servers' config files
