@@ -214,12 +214,16 @@ func ownership(q map[string][]string, mode uint32) (uid, gid int, m uint32, err 
 	return
 }
 
-// force reads ?force=true|false.
-func force(q map[string][]string) (bool, error) {
-	if len(q["force"]) == 0 {
-		return false, nil
+// creation reads what a create of a file or directory may say: its
+// owner and mode (ownership) and ?force=true|false.
+func creation(q map[string][]string, mode uint32) (uid, gid int, m uint32, force bool, err error) {
+	if uid, gid, m, err = ownership(q, mode); err != nil || len(q["force"]) == 0 {
+		return uid, gid, m, false, err
 	}
-	return strconv.ParseBool(q["force"][0])
+	if force, err = strconv.ParseBool(q["force"][0]); err != nil {
+		err = errors.New("force must be true or false")
+	}
+	return uid, gid, m, force, err
 }
 
 func (s *Server) volumeList(w http.ResponseWriter, r *http.Request, f *volume.Files) {
@@ -246,14 +250,9 @@ func (s *Server) volumeList(w http.ResponseWriter, r *http.Request, f *volume.Fi
 
 func (s *Server) volumeMkdir(w http.ResponseWriter, r *http.Request, f *volume.Files) {
 	q := r.URL.Query()
-	uid, gid, mode, err := ownership(q, volume.DefaultDirMode)
+	uid, gid, mode, parents, err := creation(q, volume.DefaultDirMode)
 	if err != nil {
 		writeContentError(w, http.StatusBadRequest, "INVALID_REQUEST", err.Error())
-		return
-	}
-	parents, err := force(q)
-	if err != nil {
-		writeContentError(w, http.StatusBadRequest, "INVALID_REQUEST", "force must be true or false")
 		return
 	}
 	e, err := f.Mkdir(q.Get("path"), uid, gid, mode, parents)
@@ -354,14 +353,9 @@ func (s *Server) volumeRead(w http.ResponseWriter, r *http.Request, f *volume.Fi
 
 func (s *Server) volumeWrite(w http.ResponseWriter, r *http.Request, f *volume.Files) {
 	q := r.URL.Query()
-	uid, gid, mode, err := ownership(q, volume.DefaultFileMode)
+	uid, gid, mode, replace, err := creation(q, volume.DefaultFileMode)
 	if err != nil {
 		writeContentError(w, http.StatusBadRequest, "INVALID_REQUEST", err.Error())
-		return
-	}
-	replace, err := force(q)
-	if err != nil {
-		writeContentError(w, http.StatusBadRequest, "INVALID_REQUEST", "force must be true or false")
 		return
 	}
 	e, err := f.WriteFile(q.Get("path"), r.Body, uid, gid, mode, replace)
