@@ -70,3 +70,44 @@ func (r *Locks) Unlock(off int64) {
 		delete(r.held, off)
 	}
 }
+
+// File is the open description the locks are taken through, opened if
+// it is not yet: what a process that must outlive this one (a daemon's
+// keeper, internal/backend/namespaces) holds so that the locks do too.
+func (r *Locks) File() (*os.File, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
+		f, err := os.OpenFile(r.Path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		r.f, r.held = f, map[int64]bool{}
+	}
+	return r.f, nil
+}
+
+// Adopt makes f, an open description of Path that an earlier process
+// held its locks through, this process's: the bytes it holds stay held,
+// and are this process's to take (TryLock succeeds on them, as on a free
+// byte) and to release. It must come before any lock of this process:
+// two descriptions of one process would conflict with each other.
+func (r *Locks) Adopt(f *os.File) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f != nil {
+		return fmt.Errorf("lock %s: this process holds locks there already", r.Path)
+	}
+	var got, want unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &got); err != nil {
+		return fmt.Errorf("lock %s: %w", r.Path, err)
+	}
+	if err := unix.Stat(r.Path, &want); err != nil {
+		return fmt.Errorf("lock %s: %w", r.Path, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino {
+		return fmt.Errorf("lock %s: the description handed over is of another file", r.Path)
+	}
+	r.f, r.held = f, map[int64]bool{}
+	return nil
+}

@@ -72,3 +72,54 @@ func TestLocks(t *testing.T) {
 		t.Errorf("100 locks took %d descriptors", n)
 	}
 }
+
+// A description handed to another holder (a keeper, then the next
+// daemon) keeps its locks held while the first holder is gone, and the
+// adopter takes them as its own: TryLock succeeds on them, and Unlock
+// frees them for everyone.
+func TestAdopt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks")
+	first := &Locks{Path: path}
+	if err := first.TryLock(3); err != nil {
+		t.Fatal(err)
+	}
+	f, err := first.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first holder goes; a duplicate of its description is what the
+	// keeper kept.
+	kept, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if !heldElsewhere(t, path, 3) {
+		t.Fatal("the lock went with its first holder's descriptor")
+	}
+	next := &Locks{Path: path}
+	if err := next.Adopt(os.NewFile(uintptr(kept), path)); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.TryLock(3); err != nil {
+		t.Fatalf("the adopted lock: %v", err)
+	}
+	if err := (&Locks{Path: path}).TryLock(3); !errors.Is(err, ErrBusy) {
+		t.Errorf("another description took an adopted lock: %v", err)
+	}
+	next.Unlock(3)
+	if heldElsewhere(t, path, 3) {
+		t.Error("an adopted lock, released, is still held")
+	}
+	if err := next.Adopt(os.NewFile(uintptr(kept), path)); err == nil {
+		t.Error("a second description adopted by one holder")
+	}
+	other, err := os.Create(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := (&Locks{Path: path}).Adopt(other); err == nil {
+		t.Error("a description of another file adopted")
+	}
+}
