@@ -45,7 +45,7 @@ func main() {
 		os.Exit(1)
 	}
 	if len(os.Args) > 1 && os.Args[1] == namespaces.SpawnerArg {
-		os.Exit(namespaces.ServeSpawner()) // a daemon's, not a command
+		os.Exit(namespaces.ServeSpawner(os.Args[2:])) // a daemon's, not a command
 	}
 	os.Exit(exitCode(run(os.Args[1:])))
 }

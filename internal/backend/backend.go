@@ -119,6 +119,26 @@ type Cloner interface {
 	Clone(ctx context.Context, dir string, p policy.Policy, netns *os.File) (Instance, error)
 }
 
+// Adoptable is an Instance that can outlive the process that started it
+// (live restore), to be taken back by its Backend's Adopt in a later one.
+type Adoptable interface {
+	// Handle names the box for Adopt.
+	Handle() string
+}
+
+// Adopter is a Backend whose boxes can outlive the process that started
+// them: a daemon that stops, is killed or is replaced by a new binary
+// leaves them running, and the next one takes them back.
+type Adopter interface {
+	// Adopt takes back the running (or paused) box that handle names,
+	// started by an earlier process. netns is its network namespace if
+	// it has one, the caller's to close: the box runs in it still.
+	Adopt(ctx context.Context, handle string) (inst Instance, netns *os.File, err error)
+	// DropUnadopted kills and removes the boxes an earlier process left
+	// that no Adopt took. Call it once every box to adopt is.
+	DropUnadopted()
+}
+
 // StateError is saved state (a checkpoint, a snapshot) that a backend
 // refuses to restore. Reason completes "the saved state …" in words fit
 // for clients: no host paths.

@@ -28,6 +28,7 @@ type agentSandbox struct {
 	// hostView: its root is one tmpfs (not an image's overlay), which
 	// Lower resizes.
 	hostView bool
+	kept     bool // a keeper holds it: it outlives this process (adopt.go)
 }
 
 var (
@@ -90,7 +91,13 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 		os.Remove(sock)
 		return nil, err
 	}
-	return &agentSandbox{Sandbox: sb, socket: sock, hostView: len(p.RootLayers) == 0}, nil
+	s := &agentSandbox{Sandbox: sb, socket: sock, hostView: len(p.RootLayers) == 0}
+	if err := s.keep(sb.logR, netns, p.OutputLimit); err != nil {
+		s.Kill(ctx)
+		s.Wait()
+		return nil, fmt.Errorf("keeper: %w", err)
+	}
+	return s, nil
 }
 
 // selfMounts are where a sandbox of p has the airlock binary: its agent,

@@ -60,6 +60,9 @@ func (s *Sandbox) start(ctx context.Context, spec *spec, bin *sandboxbin.Binary)
 		return fmt.Errorf("start sandbox: %w", err)
 	}
 	s.proc = proc
+	if spec.oneLog {
+		s.logR = streams.outR
+	}
 	streams.copy(s, spec)
 	go func() {
 		s.status, s.cpu, s.waitErr = proc.Wait()

@@ -31,6 +31,9 @@ type Backend struct {
 	stateDir string
 	log      *slog.Logger
 	runs     *rangelock.Locks // <state dir>/runs.lock (state.go)
+
+	mu   sync.Mutex
+	kept map[string]*kept // by sandbox id, until adopted (adopt.go)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -183,6 +186,7 @@ type Sandbox struct {
 	done    chan struct{}        // closed when init has exited
 	exited  chan unix.WaitStatus // the command's status, as init reported it
 	upper   *os.File             // the writable layer's directory, for ExportRoot
+	logR    *os.File             // the read end of one log (spec.oneLog), for a keeper
 
 	waitOnce sync.Once
 	result   *backend.Result

@@ -30,7 +30,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == SpawnerArg {
-		os.Exit(ServeSpawner()) // TestSpawnerProcess's
+		os.Exit(ServeSpawner(os.Args[2:])) // TestSpawnerProcess's
 	}
 	if os.Getenv(spawnerParentEnv) != "" {
 		os.Exit(spawnerParent()) // TestSpawnerDiesWithDaemon's

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/backend"
+	"github.com/airlock-sandbox/airlock/internal/rangelock"
 )
 
 // A daemon forks its sandboxes' inits through a spawner process: itself,
@@ -44,127 +43,64 @@ const SpawnerArg = "airlock-spawner"
 // ServeSpawner when given SpawnerArg. Call it before any sandbox starts.
 func ForkThroughSpawner() { forkInit = spawners.fork }
 
-// spawnRequest is a fork, sent with its files in this order: stdin (if
-// Stdin), stdout, stderr, the network namespace (if NetNS), the cgroup
-// (if Cgroup), then init's descriptors 3, 4, ….
+// spawnRequest is what the daemon asks of its spawner, by Kind:
+//
+//   - a fork (Kind ""), sent with its files in this order: stdin (if
+//     Stdin), stdout, stderr, the network namespace (if NetNS), the
+//     cgroup (if Cgroup), then init's descriptors 3, 4, …;
+//   - reqHold: keep Tag, Info and the message's files with init ID for
+//     as long as it lives, for a later daemon (a keeper's, keeper.go);
+//   - reqLocks: hold the message's files, lock descriptions of Paths, for
+//     as long as the spawner lives;
+//   - reqRetire: fork no more, and exit once the last init has ended.
 type spawnRequest struct {
+	Kind   string `json:",omitempty"`
 	ID     uint64
-	Base   int
-	Path   string
-	Stdin  bool
-	NetNS  bool
-	Cgroup bool
-	Files  int // how many files the message carries in all
+	Base   int             `json:",omitempty"`
+	Path   string          `json:",omitempty"`
+	Stdin  bool            `json:",omitempty"`
+	NetNS  bool            `json:",omitempty"`
+	Cgroup bool            `json:",omitempty"`
+	Files  int             // how many files the message carries in all
+	Tag    string          `json:",omitempty"`
+	Info   json.RawMessage `json:",omitempty"`
+	Paths  []string        `json:",omitempty"`
 }
+
+const (
+	reqHold   = "hold"
+	reqLocks  = "locks"
+	reqRetire = "retire"
+)
 
 // spawnReport is a fork's outcome: Pid (with init's pidfd as the report's
 // one file) or Err; then, once init has ended, Exited with its status and
 // the CPU time of init and its reaped descendants.
+//
+// A keeper tells a daemon that connects to it (keeper.go) what it holds:
+// a Kept report for each init, with its Tag and Info and, unless it has
+// Exited, its pidfd and the files held with it; then an Inventory with
+// the largest request ID it has seen, its executable (exeID), and its
+// lock descriptions, of Paths, as files.
 type spawnReport struct {
-	ID     uint64
-	Pid    int    `json:",omitempty"`
-	Err    string `json:",omitempty"`
-	Exited bool   `json:",omitempty"`
-	Status uint32 `json:",omitempty"`
-	CPU    int64  `json:",omitempty"` // nanoseconds
+	ID        uint64
+	Pid       int             `json:",omitempty"`
+	Err       string          `json:",omitempty"`
+	Exited    bool            `json:",omitempty"`
+	Status    uint32          `json:",omitempty"`
+	CPU       int64           `json:",omitempty"` // nanoseconds
+	Kept      bool            `json:",omitempty"`
+	Tag       string          `json:",omitempty"`
+	Info      json.RawMessage `json:",omitempty"`
+	Inventory bool            `json:",omitempty"`
+	Next      uint64          `json:",omitempty"`
+	Exe       string          `json:",omitempty"`
+	Paths     []string        `json:",omitempty"`
 }
 
 // maxSpawnFiles bounds the files of one request: the kernel passes at
 // most 253 (SCM_MAX_FD) in one message.
 const maxSpawnFiles = 250
-
-// ServeSpawner serves the spawner's socket, descriptor 3, until the daemon
-// closes it, and returns the process's exit code.
-func ServeSpawner() int {
-	const sock = 3
-	// Inits are forked from here: the socket must not reach them, or a
-	// sandbox could ask for forks as root. Go opens every other
-	// descriptor close-on-exec.
-	if _, err := unix.FcntlInt(sock, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-		fmt.Fprintln(os.Stderr, "airlock spawner: socket:", err)
-		return 1
-	}
-	// The parent-death signal that ends the spawner with the daemon is
-	// this thread's: the kernel clears it when a thread's credentials
-	// change, as the spawner thread's do for each fork (asOwner). Keep
-	// this goroutine on this thread, so that the spawner thread is
-	// another. Should the daemon have died before, the socket's end says
-	// so below.
-	runtime.LockOSThread()
-	// A terminal's ^C or a signal to the daemon's whole group is the
-	// daemon's to handle (it ends its sandboxes in order): caught here,
-	// not ignored, so that inits do not inherit the disposition.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	var sendMu sync.Mutex
-	send := func(r spawnReport, file int) {
-		msg, _ := json.Marshal(r)
-		var oob []byte
-		if file >= 0 {
-			oob = unix.UnixRights(file)
-		}
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if err := unix.Sendmsg(sock, msg, oob, nil, unix.MSG_NOSIGNAL); err != nil {
-			os.Exit(1) // the daemon is gone: so are its sandboxes
-		}
-	}
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(maxSpawnFiles*4))
-	for {
-		n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			return 0 // the daemon closed its end, or died
-		}
-		files, err := receivedFiles(oob[:oobn])
-		var req spawnRequest
-		if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-			err = errors.New("message truncated")
-		}
-		if err == nil {
-			err = json.Unmarshal(buf[:n], &req)
-		}
-		if err == nil && req.Files != len(files) {
-			err = fmt.Errorf("%d files for a request of %d", len(files), req.Files)
-		}
-		if err != nil {
-			// Cannot happen: the daemon is this program. Should it, the
-			// daemon learns of it from the socket's end, and fails
-			// every fork it waits for.
-			fmt.Fprintln(os.Stderr, "airlock spawner: malformed request:", err)
-			return 1
-		}
-		proc, err := spawnFor(&req, files)
-		closeAll(files)
-		if err != nil {
-			send(spawnReport{ID: req.ID, Err: err.Error()}, -1)
-			continue
-		}
-		pidfd := -1
-		proc.cmd.Process.WithHandle(func(fd uintptr) {
-			pidfd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-		})
-		if pidfd < 0 {
-			// Without a pidfd the daemon could not signal init safely.
-			proc.Signal(syscall.SIGKILL)
-			proc.Wait()
-			send(spawnReport{ID: req.ID, Err: "no pidfd for init"}, -1)
-			continue
-		}
-		send(spawnReport{ID: req.ID, Pid: proc.Pid()}, pidfd)
-		unix.Close(pidfd)
-		go func() {
-			status, cpu, err := proc.Wait()
-			r := spawnReport{ID: req.ID, Exited: true, Status: uint32(status), CPU: int64(cpu)}
-			if err != nil {
-				r.Err = err.Error()
-			}
-			send(r, -1)
-		}()
-	}
-}
 
 // spawnFor forks the init that req and its files describe.
 func spawnFor(req *spawnRequest, files []*os.File) (childInit, error) {
@@ -232,6 +168,14 @@ func receivedFiles(oob []byte) ([]*os.File, error) {
 type spawnerSet struct {
 	mu      sync.Mutex
 	current *spawner
+	// keep, if set, makes the spawners keepers (keeper.go): KeepAlive.
+	keep *keeping
+}
+
+// keeping is where keepers listen, and the lock descriptions they hold.
+type keeping struct {
+	dir   string
+	locks []*rangelock.Locks
 }
 
 var spawners spawnerSet
@@ -245,6 +189,8 @@ type spawner struct {
 	next   uint64
 	procs  map[uint64]*spawnedInit // forks asked for, until their init has ended
 	dead   bool
+	keeper bool   // it outlives this process (keeper.go)
+	exe    string // a keeper's executable (exeID), once reattached
 }
 
 // fork forks f through the spawner, starting one if none runs.
@@ -253,7 +199,7 @@ func (set *spawnerSet) fork(f *initFork) (initProc, error) {
 	sp := set.current
 	if sp == nil || sp.isDead() {
 		var err error
-		if sp, err = startSpawner(); err != nil {
+		if sp, err = startSpawner(set.keep); err != nil {
 			set.mu.Unlock()
 			return nil, err
 		}
@@ -263,10 +209,11 @@ func (set *spawnerSet) fork(f *initFork) (initProc, error) {
 	return sp.fork(f)
 }
 
-// startSpawner starts a spawner from this process's executable. It is
-// forked on the spawner thread, which never exits: the spawner's parent-
-// death signal fires when the thread that forked it does (spawn.go).
-func startSpawner() (*spawner, error) {
+// startSpawner starts a spawner from this process's executable, a keeper
+// if keep is set. It is forked on the spawner thread, which never exits:
+// the spawner's parent-death signal fires when the thread that forked it
+// does (spawn.go).
+func startSpawner(keep *keeping) (*spawner, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("spawner socket: %w", err)
@@ -281,18 +228,70 @@ func startSpawner() (*spawner, error) {
 		ExtraFiles:  []*os.File{theirs},
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	}
+	if keep != nil {
+		// Not killed with this process, nor by a signal to its group.
+		ln, path, err := listenKeeper(keep.dir)
+		if err != nil {
+			unix.Close(pair[0])
+			return nil, err
+		}
+		defer ln.Close()
+		cmd.Args = append(cmd.Args, path)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ln)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	onSpawner(func() { err = cmd.Start() })
 	if err != nil {
 		unix.Close(pair[0])
 		return nil, fmt.Errorf("start the spawner: %w", err)
 	}
-	sp := &spawner{sock: pair[0], procs: map[uint64]*spawnedInit{}}
+	sp := &spawner{sock: pair[0], procs: map[uint64]*spawnedInit{}, keeper: keep != nil}
 	go func() {
 		backend.AwaitExit(cmd.Process)
 		cmd.Wait()
 	}()
 	go sp.read()
+	if keep != nil {
+		if err := sp.holdLocks(keep.locks); err != nil {
+			sp.send(spawnRequest{Kind: reqRetire}, nil)
+			return nil, err
+		}
+	}
 	return sp, nil
+}
+
+// holdLocks has a keeper hold the descriptions of locks.
+func (sp *spawner) holdLocks(locks []*rangelock.Locks) error {
+	req := spawnRequest{Kind: reqLocks}
+	var fds []int
+	for _, l := range locks {
+		f, err := l.File()
+		if err != nil {
+			return fmt.Errorf("keeper: %w", err)
+		}
+		req.Paths = append(req.Paths, l.Path)
+		fds = append(fds, int(f.Fd()))
+	}
+	return sp.send(req, fds)
+}
+
+// send sends req with fds, their count set.
+func (sp *spawner) send(req spawnRequest, fds []int) error {
+	req.Files = len(fds)
+	msg, err := json.Marshal(&req)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	sp.sendMu.Lock()
+	defer sp.sendMu.Unlock()
+	if sp.closed {
+		return errSpawnerDied
+	}
+	return unix.Sendmsg(sp.sock, msg, oob, nil, unix.MSG_NOSIGNAL)
 }
 
 func (sp *spawner) isDead() bool {
@@ -321,8 +320,7 @@ func (sp *spawner) fork(f *initFork) (initProc, error) {
 	if len(fds) > maxSpawnFiles {
 		return nil, fmt.Errorf("init would get %d files, more than %d", len(fds), maxSpawnFiles)
 	}
-	req.Files = len(fds)
-	p := &spawnedInit{started: make(chan spawnReport, 1), ended: make(chan spawnReport, 1)}
+	p := &spawnedInit{sp: sp, started: make(chan spawnReport, 1), ended: make(chan spawnReport, 1)}
 	sp.mu.Lock()
 	if sp.dead {
 		sp.mu.Unlock()
@@ -332,17 +330,7 @@ func (sp *spawner) fork(f *initFork) (initProc, error) {
 	req.ID = sp.next
 	sp.procs[req.ID] = p
 	sp.mu.Unlock()
-	msg, err := json.Marshal(&req)
-	if err == nil {
-		sp.sendMu.Lock()
-		if sp.closed {
-			err = errSpawnerDied
-		} else {
-			err = unix.Sendmsg(sp.sock, msg, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL)
-		}
-		sp.sendMu.Unlock()
-	}
-	if err != nil {
+	if err := sp.send(req, fds); err != nil {
 		sp.forget(req.ID)
 		return nil, fmt.Errorf("spawner: %w", err)
 	}
@@ -351,7 +339,7 @@ func (sp *spawner) fork(f *initFork) (initProc, error) {
 		sp.forget(req.ID)
 		return nil, errors.New(r.Err)
 	}
-	p.pid = r.Pid
+	p.pid, p.id = r.Pid, req.ID
 	return p, nil
 }
 
@@ -449,6 +437,8 @@ func (sp *spawner) died() {
 
 // spawnedInit is an init forked by a spawner.
 type spawnedInit struct {
+	sp      *spawner
+	id      uint64 // the spawner's
 	pid     int
 	started chan spawnReport
 	ended   chan spawnReport

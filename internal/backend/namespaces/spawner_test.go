@@ -134,7 +134,7 @@ const spawnerParentEnv = "AIRLOCK_TEST_SPAWNER_PARENT"
 // spawnerParent starts a spawner, then a sleep that holds the daemon's end
 // of its socket, prints both pids, and waits to be killed.
 func spawnerParent() int {
-	sp, err := startSpawner()
+	sp, err := startSpawner(nil)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
