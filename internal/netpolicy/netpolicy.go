@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/layout"
@@ -288,38 +289,143 @@ func (h *Host) Attach(ctx context.Context, id string, pol policy.Network) (a *At
 	if err := a.link.create(a.ns); err != nil {
 		return a, err
 	}
+	if err := a.serve(ctx, ports{}); err != nil {
+		return a, err
+	}
+	a.logger().Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
+	return a, nil
+}
+
+// serve starts a's proxy and resolver on the ports of at, or on new
+// ones where at has none, and redirects the sandbox's traffic to them:
+// at's are already (Adopt).
+func (a *Attachment) serve(ctx context.Context, at ports) error {
+	h := a.host
 	// The daemon's listeners, on the host's end of the pair and bound to
 	// that interface: nothing from another interface reaches them.
 	lc := net.ListenConfig{Control: bindToDevice(a.link.hostIf)}
-	on := net.JoinHostPort(a.link.hostIP.String(), "0")
-	pln, err := lc.Listen(ctx, "tcp4", on)
+	on := func(port uint16) string { return net.JoinHostPort(a.link.hostIP.String(), strconv.Itoa(int(port))) }
+	pln, err := lc.Listen(ctx, "tcp4", on(at.proxy))
 	if err != nil {
-		return a, fmt.Errorf("proxy listener: %w", err)
+		return fmt.Errorf("proxy listener: %w", err)
 	}
 	a.proxy = newProxy(a, pln, h.limits)
-	dpc, err := lc.ListenPacket(ctx, "udp4", on)
+	dpc, err := lc.ListenPacket(ctx, "udp4", on(at.dnsUDP))
 	if err != nil {
 		pln.Close()
-		return a, fmt.Errorf("resolver listener: %w", err)
+		return fmt.Errorf("resolver listener: %w", err)
 	}
-	dln, err := lc.Listen(ctx, "tcp4", on)
+	dln, err := lc.Listen(ctx, "tcp4", on(at.dnsTCP))
 	if err != nil {
 		pln.Close()
 		dpc.Close()
-		return a, fmt.Errorf("resolver listener: %w", err)
+		return fmt.Errorf("resolver listener: %w", err)
 	}
 	a.dns = newResolver(a, h.upstream, h.limits.DNSRate)
 	go a.proxy.serve()
 	a.dns.serve(dpc, dln)
+	if at != (ports{}) {
+		a.ports = at
+		return nil
+	}
 	// Last: from now on the sandbox's traffic is redirected to them.
 	p := ports{proxy: port(pln.Addr()), dnsUDP: port(dpc.LocalAddr()), dnsTCP: port(dln.Addr())}
 	if err := addPorts(a.link.hostIf, p, h.limits); err != nil {
-		return a, err
+		return err
 	}
 	a.ports = p
-	a.logger().Info("network attached", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
+	return nil
+}
+
+// Handle names the network for a later process's Adopt: its slot, and
+// the ports its traffic is redirected to.
+func (a *Attachment) Handle() string {
+	return fmt.Sprintf("%d:%d:%d:%d", a.slot, a.ports.proxy, a.ports.dnsUDP, a.ports.dnsTCP)
+}
+
+// Adopt takes back the network a sandbox still runs in that an earlier
+// process made (live restore), which handle (Handle) names: its veth
+// pair, whose sandbox end is in ns (the sandbox's namespace, which Close
+// closes), under pol. The earlier process's proxy and resolver died with
+// it, and with them the sandbox's open connections: new ones listen on
+// their ports, to which the host's table still redirects its traffic
+// (or, should one be taken, on new ones, redirected anew). The slot's
+// lock must be this process's to take: held by a description this
+// process adopted (rangelock.Locks.Adopt), or free.
+func (h *Host) Adopt(ctx context.Context, id, handle string, ns *os.File, pol policy.Network) (a *Attachment, err error) {
+	if err := pol.Validate(); err != nil {
+		ns.Close()
+		return nil, err
+	}
+	var slot int
+	var at ports
+	if n, err := fmt.Sscanf(handle, "%d:%d:%d:%d", &slot, &at.proxy, &at.dnsUDP, &at.dnsTCP); err != nil || n != 4 || pol.Mode == policy.NetNone {
+		ns.Close()
+		return nil, fmt.Errorf("not a network to take back: %q", handle)
+	}
+	if slot < 1 || slot >= h.slots() {
+		ns.Close()
+		return nil, fmt.Errorf("network slot %d is outside the subnet", slot)
+	}
+	if err := slotLocks.TryLock(int64(slot)); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("network slot %d: %w", slot, err)
+	}
+	a = &Attachment{host: h, slot: slot, locked: true, ns: ns, link: linkOf(h.subnet, slot)}
+	a.Name(id)
+	a.filter.special, a.filter.local = h.special, h.local
+	a.pol.Store(compile(pol))
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if _, err := netlink.LinkByName(a.link.hostIf); err != nil {
+		return a, fmt.Errorf("veth %s: %w", a.link.hostIf, err)
+	}
+	if err := ensureTable(); err != nil {
+		return a, err
+	}
+	// Its elements, as addPorts made them, exactly when its chain of
+	// limits is there (leftPorts).
+	if kept, err := leftPorts(a.link.hostIf); err != nil {
+		return a, err
+	} else if !kept {
+		at = ports{}
+	}
+	if err := a.serve(ctx, at); err != nil && at != (ports{}) {
+		// A port taken meanwhile: new ones, redirected anew.
+		a.closeListeners()
+		if err := removePorts(a.link.hostIf); err != nil {
+			return a, err
+		}
+		err = a.serve(ctx, ports{})
+		if err != nil {
+			return a, err
+		}
+	} else if err != nil {
+		return a, err
+	}
+	a.logger().Info("network taken back", "mode", string(pol.Mode), "interface", a.link.hostIf, "address", a.link.sandboxIP)
 	return a, nil
 }
+
+// closeListeners stops a's proxy and resolver, if they run.
+func (a *Attachment) closeListeners() {
+	if a.proxy != nil {
+		a.proxy.close()
+		a.proxy = nil
+	}
+	if a.dns != nil {
+		a.dns.close()
+		a.dns = nil
+	}
+}
+
+// SlotLocks are the locks of every airlock process's network slots: a
+// keeper holds them so that a daemon's sandboxes' networks outlive it
+// (internal/backend/namespaces).
+func SlotLocks() *rangelock.Locks { return slotLocks }
 
 // Close deletes the host's table unless a sandbox has a network now, of
 // this process or of another airlock on the host: a server that stops
@@ -384,12 +490,7 @@ func (a *Attachment) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		if a.proxy != nil {
-			a.proxy.close()
-		}
-		if a.dns != nil {
-			a.dns.close()
-		}
+		a.closeListeners()
 		if a.ns != nil {
 			a.ns.Close()
 		}
