@@ -125,7 +125,7 @@ var allowed = map[string][]string{
 	"internal/daemon": {"internal/config", "internal/apikey", "internal/backend", "internal/backend/gvisor",
 		"internal/backend/namespaces", "internal/cgroups", "internal/sandbox", "internal/sandboxid", "internal/policy",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/httpapi",
-		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock", "internal/volume"},
+		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock", "internal/volume", "internal/rangelock"},
 	// airlock run's way into a local daemon's pool: its socket and
 	// protocol, shared by the command and the daemon.
 	"internal/runsock": {"internal/backend", "internal/policy"},

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/backend/namespaces"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/rangelock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -68,6 +69,26 @@ func (bs *backends) get(name string) (sandbox.Backend, error) {
 	}
 	bs.m[name] = b
 	return b, nil
+}
+
+// keep has the namespaces backend take back what the sandboxes an
+// earlier daemon left running hold (Reattach), with locks beyond its
+// own; and, if live, keep this daemon's sandboxes alive past it.
+func (bs *backends) keep(live bool, log *slog.Logger, locks ...*rangelock.Locks) {
+	if !bs.host {
+		return
+	}
+	b, err := bs.get("namespaces")
+	if err != nil {
+		return
+	}
+	nb := b.(*namespaces.Backend)
+	if live {
+		nb.KeepAlive(locks...)
+	}
+	if err := nb.Reattach(locks...); err != nil {
+		log.Warn("sandboxes left running by an earlier daemon", "err", err)
+	}
 }
 
 // sweep removes the cgroups that sandboxes of dead processes left, older

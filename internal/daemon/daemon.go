@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/netpolicy"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxid"
@@ -99,6 +100,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Daemon, error) 
 		return nil, err
 	}
 	d.openFiles = raiseFileLimit()
+	// Before any lock of this process, or any cleanup, is taken: what
+	// sandboxes left running by an earlier daemon hold (live.go).
+	d.backends.keep(cfg.LiveRestore, d.log, netpolicy.SlotLocks())
 	network, err := newNetwork(&d.cfg, d.log)
 	if err != nil {
 		return nil, configError(err)
@@ -213,6 +217,9 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.mcfg.NetworkedPools = d.internetByDefault()
 	d.mcfg.Sealed = cfg.Network.Sealed()
 	d.manager = sandbox.NewManager(d.mcfg, d.isolation, d.log)
+	// Once the manager has taken back the networks of the sandboxes an
+	// earlier daemon left running: the rest are leftovers.
+	d.network.cleanup(d.log)
 	d.api = d.handler(images, files)
 	if d.run, err = listenRun(cfg.StateDir, d.manager, cfg.Network.Sealed(), d.log); err != nil {
 		d.manager.Shutdown()

@@ -26,6 +26,7 @@ func managerConfig(cfg *config.Config, backendFor func(name string) (sandbox.Bac
 		StateDir:         cfg.StateDir,
 		BackendByName:    backendFor,
 		PauseInMemory:    cfg.PauseInMemory,
+		LiveRestore:      cfg.LiveRestore,
 	}
 	if mc.DefaultTTL <= 0 || mc.MaxTTL < mc.DefaultTTL {
 		return mc, errors.New("defaultTimeout must be positive and at most maxTimeout")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 
 	"github.com/airlock-sandbox/airlock/internal/config"
 	"github.com/airlock-sandbox/airlock/internal/netpolicy"
@@ -64,10 +65,18 @@ func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := h.Cleanup(); err != nil {
+	return &hostNetwork{h: h}, nil
+}
+
+// cleanup removes what a dead daemon's sandboxes left of their networks,
+// once the manager has taken back those still running (live restore).
+func (n *hostNetwork) cleanup(log *slog.Logger) {
+	if n == nil || n.h == nil {
+		return
+	}
+	if err := n.h.Cleanup(); err != nil {
 		log.Warn("cleanup of earlier sandbox networks", "err", err)
 	}
-	return &hostNetwork{h: h}, nil
 }
 
 // hostNetwork is a netpolicy.Host as the manager sees it, or why the
@@ -93,6 +102,20 @@ func (n *hostNetwork) Attach(ctx context.Context, id string, pol policy.Network)
 		return nil, fmt.Errorf("%w: this host cannot give sandboxes a network (the server log says why): create with allowInternetAccess (allow_internet_access) false and without network.allowOut/denyOut", sandbox.ErrInvalid)
 	}
 	a, err := n.h.Attach(ctx, id, pol)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Adopt takes back the network that handle names of a sandbox an
+// earlier daemon left running in ns.
+func (n *hostNetwork) Adopt(ctx context.Context, id, handle string, ns *os.File, pol policy.Network) (sandbox.NetAttachment, error) {
+	if n.h == nil {
+		ns.Close()
+		return nil, errors.New("this host gives sandboxes no network now")
+	}
+	a, err := n.h.Adopt(ctx, id, handle, ns, pol)
 	if err != nil {
 		return nil, err
 	}

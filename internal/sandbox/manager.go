@@ -103,6 +103,10 @@ type Config struct {
 	// manager.
 	StateDir      string
 	BackendByName func(name string) (Backend, error)
+	// LiveRestore: sandboxes outlive the manager where their backend can
+	// take them back (live.go), and the manager takes back those an
+	// earlier one left. Needs StateDir.
+	LiveRestore bool
 	// PauseInMemory: a pause always freezes the sandbox in memory, even
 	// where its backend could save it to disk.
 	PauseInMemory bool
@@ -170,6 +174,10 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 	}
 	m.wg.Add(1)
 	go m.sample(interval)
+	// Before any box starts: what the sandboxes left running hold looks
+	// free until they are taken back (live.go).
+	m.loadSaved()
+	m.adoptLive()
 	// Under the lock: each filler reads the pools (pooledMemory) as soon
 	// as it starts.
 	m.mu.Lock()
@@ -177,7 +185,6 @@ func NewManager(cfg Config, backend Backend, log *slog.Logger) *Manager {
 		m.pools[t.Name] = m.newPool(t, false)
 	}
 	m.mu.Unlock()
-	m.loadSaved()
 	return m
 }
 
@@ -190,7 +197,9 @@ func (m *Manager) Metrics() *Metrics { return m.metrics }
 // StateDir is the host directory of the manager's saved state ("" for none).
 func (m *Manager) StateDir() string { return m.cfg.StateDir }
 
-// Shutdown kills every sandbox, pooled ones included, and stops refilling.
+// Shutdown kills every sandbox, pooled ones included, and stops
+// refilling; with live restore, those that can outlive it are left
+// running, for the next manager to take back.
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
 	m.closed = true
@@ -198,7 +207,8 @@ func (m *Manager) Shutdown() {
 	m.mu.Unlock()
 	var all []*Sandbox
 	for _, sb := range registered {
-		if !sb.State().saved() { // what is saved to disk stays there
+		// What is saved to disk stays there.
+		if !sb.State().saved() && !m.outlives(sb) {
 			all = append(all, sb)
 		}
 	}

@@ -151,6 +151,7 @@ func (m *Manager) UpdateNetwork(id string, pol policy.Network) error {
 	if err := sb.net.Update(pol); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	m.keepLive(sb)
 	sb.Log("info", "sandbox", "network updated")
 	return nil
 }

@@ -66,6 +66,8 @@ func (m *Manager) pause(ctx context.Context, sb *Sandbox, keepMemory bool) error
 		if err := m.writeRecord(sb); err != nil {
 			m.log.Error("saved sandbox's record: it will not outlive this daemon", "sandbox", sb.ID, "err", err)
 		}
+	} else {
+		m.keepLive(sb)
 	}
 	m.log.Info("sandbox paused", "sandbox", sb.ID, "to disk", to.saved())
 	return nil
@@ -134,6 +136,7 @@ func (m *Manager) Resume(ctx context.Context, id string, d time.Duration) error 
 		m.transition(sb, opResume, Running)
 		sb.endAt = m.clock.Now().Add(d)
 		sb.timer.Reset(d)
+		m.keepLive(sb)
 		m.log.Info("sandbox resumed", "sandbox", id)
 		return nil
 	})

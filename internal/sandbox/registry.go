@@ -37,6 +37,7 @@ func (m *Manager) register(sb *Sandbox, ttl time.Duration) error {
 	m.mu.Unlock()
 	sb.endAt = m.clock.Now().Add(ttl)
 	sb.timer = m.clock.AfterFunc(ttl, func() { m.expire(sb) })
+	m.keepLive(sb)
 	return nil
 }
 
@@ -113,6 +114,7 @@ func (m *Manager) remove(sb *Sandbox, why string) {
 		return
 	}
 	delete(m.sandboxes, sb.ID)
+	m.dropLive(sb.ID)
 	// Shutdown waits for this teardown, too: one that began just before
 	// it must not be cut short by the process exiting.
 	m.removing.Add(1)

@@ -39,6 +39,11 @@ type savedRecord struct {
 	Backend                   string // its name
 	Saved                     string // the backend's name for the saved box, or savedFiles
 	Env                       map[string]string
+	// A live sandbox's (live.go): the backend's name for its box, whether
+	// it is paused (in memory), and its network's.
+	Handle string `json:",omitempty"`
+	Paused bool   `json:",omitempty"`
+	Net    string `json:",omitempty"`
 }
 
 // recordName reports whether name is a saved sandbox's record: its id
@@ -59,27 +64,55 @@ func (m *Manager) writeRecord(sb *Sandbox) error {
 	if sb.state == SavedFiles {
 		saved = savedFiles
 	}
-	rec := savedRecord{
+	rec := m.record(sb)
+	rec.Saved = saved
+	if err := writeJSON(m.savedDir(), sb.ID, rec); err != nil {
+		return err
+	}
+	m.dropLive(sb.ID)
+	return nil
+}
+
+// record is what the API knows of sb; sb.mu is held.
+func (m *Manager) record(sb *Sandbox) *savedRecord {
+	rec := &savedRecord{
 		ID: sb.ID, TemplateID: sb.TemplateID, ClientID: sb.ClientID, AccessToken: sb.AccessToken, TrafficToken: sb.TrafficToken,
 		Metadata: sb.Metadata, StartedAt: sb.StartedAt, CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
 		AutoPause: sb.autoPause, AutoResume: sb.AutoResume, AutoPauseFiles: sb.autoPauseFiles, Ingress: sb.Ingress, VolumeMounts: sb.VolumeMounts, Policy: sb.pol,
-		Backend: sb.be.Name(), Saved: saved, Env: sb.env,
+		Backend: sb.be.Name(), Env: sb.env,
 	}
 	if m.cfg.MaxTTL > 0 {
 		rec.EndAt = sb.endAt
 	}
-	data, err := json.Marshal(rec)
+	return rec
+}
+
+// readJSON reads the record at path into v.
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(m.savedDir(), 0o700); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("unreadable: %v", err)
+	}
+	return nil
+}
+
+// writeJSON writes v as dir/<id>.json, whole or not at all.
+func writeJSON(dir, id string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(m.savedDir(), "."+sb.ID+".new")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+id+".new")
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(m.savedDir(), sb.ID+".json"))
+	return os.Rename(tmp, filepath.Join(dir, id+".json"))
 }
 
 func (m *Manager) removeRecord(id string) {
@@ -145,13 +178,9 @@ func (m *Manager) loadSaved() {
 }
 
 func (m *Manager) loadRecord(path string) (*Sandbox, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var rec savedRecord
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("unreadable: %v", err)
+	if err := readJSON(path, &rec); err != nil {
+		return nil, err
 	}
 	if rec.ID+".json" != filepath.Base(path) || rec.Saved == "" {
 		return nil, errors.New("not a record of a saved sandbox")

@@ -125,7 +125,7 @@ func TestSavedSandboxExpiredWhileDown(t *testing.T) {
 // plain is a backend that restores nothing.
 type plain struct{ Backend }
 
-func writeJSON(t *testing.T, path string, v any) {
+func writeTestJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -156,12 +156,12 @@ func TestLoadSavedLeavesOutWhatItCannotUse(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(saved, "notes.txt"), []byte("not a record"), 0o600)
 	os.WriteFile(filepath.Join(saved, id(1)+".json"), []byte("{"), 0o600)
-	writeJSON(t, filepath.Join(saved, id(2)+".json"), rec(3, "fake", savedFiles)) // another's name
-	writeJSON(t, filepath.Join(saved, id(4)+".json"), rec(4, "fake", ""))         // not saved
-	writeJSON(t, filepath.Join(saved, id(5)+".json"), rec(5, "nope", "x"))
-	writeJSON(t, filepath.Join(saved, id(6)+".json"), rec(6, "plain", "x"))
-	writeJSON(t, filepath.Join(saved, id(7)+".json"), rec(7, "fake", savedFiles)) // its files missing
-	writeJSON(t, filepath.Join(saved, id(8)+".json"), rec(8, "fake", savedFiles))
+	writeTestJSON(t, filepath.Join(saved, id(2)+".json"), rec(3, "fake", savedFiles)) // another's name
+	writeTestJSON(t, filepath.Join(saved, id(4)+".json"), rec(4, "fake", ""))         // not saved
+	writeTestJSON(t, filepath.Join(saved, id(5)+".json"), rec(5, "nope", "x"))
+	writeTestJSON(t, filepath.Join(saved, id(6)+".json"), rec(6, "plain", "x"))
+	writeTestJSON(t, filepath.Join(saved, id(7)+".json"), rec(7, "fake", savedFiles)) // its files missing
+	writeTestJSON(t, filepath.Join(saved, id(8)+".json"), rec(8, "fake", savedFiles))
 	for _, name := range []string{id(8) + ".tar", id(9) + ".tar", "." + id(10) + ".tar.new"} {
 		os.WriteFile(filepath.Join(saved, name), nil, 0o600)
 	}

@@ -13,6 +13,7 @@ import (
 //
 //	Starting ──create──► Running
 //	Starting ──load────► Saved | SavedFiles (found at a start: saved.go)
+//	Starting ──adopt───► Running | Paused (left running by a daemon: live.go)
 //	Running ──pause────► Pausing ──► Paused | Saved | SavedFiles
 //	                             └─► Running (it failed)
 //	Paused | Saved | SavedFiles ──resume──► Resuming ──► Running
@@ -98,9 +99,10 @@ const (
 	opResume             // thaws it, or restores it
 	opSnapshot           // saves a copy of it (snapshot.go)
 	opKill               // ends it
+	opAdopt              // registers one an earlier daemon left running (live.go)
 )
 
-var opNames = [...]string{"create", "load", "pause", "resume", "snapshot", "kill"}
+var opNames = [...]string{"create", "load", "pause", "resume", "snapshot", "kill", "adopt"}
 
 func (o op) String() string {
 	if int(o) < len(opNames) {
@@ -124,6 +126,9 @@ var transitions = []edge{
 
 	{opLoad, Starting, Saved},
 	{opLoad, Starting, SavedFiles},
+
+	{opAdopt, Starting, Running},
+	{opAdopt, Starting, Paused},
 
 	{opPause, Running, Pausing},
 	{opPause, Pausing, Paused},

@@ -34,6 +34,7 @@ func (m *Manager) SetTTL(id string, d time.Duration) error {
 		}
 		sb.endAt = m.clock.Now().Add(d)
 		sb.timer.Reset(d)
+		m.keepLive(sb)
 		sb.Log("info", "sandbox", "timeout set", "endAt", sb.endAt.UTC().Format(time.RFC3339))
 		return nil
 	})
