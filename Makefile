@@ -42,7 +42,7 @@ MODULE := github.com/airlock-sandbox/airlock
 NEEDS_CLONE := cmd/airlock internal/archtest
 UNPRIVILEGED = $(filter-out $(addprefix $(MODULE)/,$(NEEDS_CLONE)),$(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...))
 
-.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster bench-tti bench-volumes fuzz clean
+.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster bench-tti bench-volumes bench-live fuzz clean
 
 all: build
 
@@ -159,7 +159,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster bench-tti bench-volumes
+bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster bench-tti bench-volumes bench-live
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -208,6 +208,10 @@ bench-tti: deps build runsc stock
 
 bench-volumes: deps build runsc stock
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-volumes.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-volumes.mjs
+
+# Live restore (namespaces: gVisor's sandboxes are not kept yet).
+bench-live: deps build stock
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-live.mjs
 
 bench-pause: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench-pause.mjs

@@ -31,7 +31,8 @@ export async function startServer(extraArgs = [], opts = {}) {
   const apiKey = opts.apiKey ?? 'e2b_' + randomBytes(20).toString('hex')
   // AIRLOCK_TEST_BACKEND=gvisor runs the same suites on the gVisor backend.
   const backend = process.env.AIRLOCK_TEST_BACKEND ? ['--backend', process.env.AIRLOCK_TEST_BACKEND] : []
-  const proc = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...backend, ...extraArgs], {
+  // opts.bin: another build of airlock (a new binary on the same state).
+  const proc = spawn(opts.bin ?? bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...backend, ...extraArgs], {
     env: { ...process.env, AIRLOCK_API_KEY: apiKey },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -72,6 +73,13 @@ export async function startServer(extraArgs = [], opts = {}) {
       const exited = new Promise((ok) => proc.on('exit', ok))
       proc.kill('SIGKILL')
       await exited
+    },
+    // term stops the server with SIGTERM and leaves its state directory
+    // for the next one; it returns the exit code.
+    async term() {
+      const exited = new Promise((ok) => proc.on('exit', ok))
+      proc.kill('SIGTERM')
+      return await exited
     },
     async stop() {
       // What the server logged as errors goes with the test's output: a

@@ -43,8 +43,8 @@ export async function serve(config) {
 // kernels would only take CPU from what is measured).
 export const pools = (n) => ({ base: { poolSize: n }, 'code-interpreter-v1': { poolSize: 0 } })
 
-const read = (p) => { try { return readFileSync(p, 'latin1') } catch { return null } }
-const link = (p) => { try { return readlinkSync(p) } catch { return null } }
+export const read = (p) => { try { return readFileSync(p, 'latin1') } catch { return null } }
+export const link = (p) => { try { return readlinkSync(p) } catch { return null } }
 const pids = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number)
 
 // procTable: every process's parent, name and start time (the pair pid,
@@ -116,7 +116,7 @@ export async function trackBoxes(server) {
 
 // Ids in paths and lines become placeholders, so that a refilled pool
 // (other boxes, the same things) compares equal to the one before.
-const norm = (s) => s.replace(/\bi[0-9a-f]{19}\b/g, '<sandbox>').replace(/[0-9a-f]{16}/g, '<box>')
+export const norm = (s) => s.replace(/\bi[0-9a-f]{19}\b/g, '<sandbox>').replace(/[0-9a-f]{16}/g, '<box>')
   .replace(/\b(socket|pipe|net|anon_inode):\[\d+\]/g, '$1').replace(/\[\d+\]/g, '[n]')
 
 // The cgroups named airlock-*, in every hierarchy (v1 controllers, the v2
@@ -151,11 +151,11 @@ export function airlockCgroups() {
   return found
 }
 
-const listenPort = (server) => Number(new URL(server.env.E2B_API_URL).port)
+export const listenPort = (server) => Number(new URL(server.env.E2B_API_URL).port)
 
 // The daemon's TCP sockets on its API port: clients' keep-alive
 // connections (the SDK's, our metric reads), not the daemon's own state.
-function clientSockets(pid, port) {
+export function clientSockets(pid, port) {
   const inodes = new Set()
   for (const f of ['tcp', 'tcp6']) {
     for (const l of (read(`/proc/${pid}/net/${f}`) ?? '').split('\n').slice(1)) {
