@@ -95,6 +95,7 @@ func (m *Manager) adoptLive() {
 	}
 	entries, _ := os.ReadDir(m.liveDir())
 	start, n := m.clock.Now(), 0
+	backends := map[string]bool{"namespaces": true, "gvisor": true}
 	for _, e := range entries {
 		if !recordName(e.Name()) {
 			if filepath.Ext(e.Name()) == ".new" {
@@ -103,14 +104,14 @@ func (m *Manager) adoptLive() {
 			continue
 		}
 		path := filepath.Join(m.liveDir(), e.Name())
-		if err := m.adopt(path); err != nil {
+		if err := m.adopt(path, backends); err != nil {
 			m.log.Error("a live sandbox could not be taken back: it is removed", "record", e.Name(), "err", err)
 			os.Remove(path)
 			continue
 		}
 		n++
 	}
-	for _, name := range []string{"namespaces", "gvisor"} {
+	for name := range backends {
 		if be, err := m.cfg.BackendByName(name); err == nil {
 			if a, ok := be.(backend.Adopter); ok {
 				a.DropUnadopted()
@@ -122,12 +123,14 @@ func (m *Manager) adoptLive() {
 	}
 }
 
-// adopt takes back the sandbox of the record at path.
-func (m *Manager) adopt(path string) error {
+// adopt takes back the sandbox of the record at path, adding its
+// backend's name to backends.
+func (m *Manager) adopt(path string, backends map[string]bool) error {
 	var rec savedRecord
 	if err := readJSON(path, &rec); err != nil {
 		return err
 	}
+	backends[rec.Backend] = true
 	if rec.ID+".json" != filepath.Base(path) || rec.Handle == "" {
 		return errors.New("not a record of a live sandbox")
 	}

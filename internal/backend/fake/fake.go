@@ -68,7 +68,9 @@ type Backend struct {
 	startHook   func(context.Context) error
 	memory      int64
 	instances   []*Instance
-	saved       map[string]*box // checkpointed boxes, by name
+	saved       map[string]*box      // checkpointed boxes, by name
+	keepAlive   bool                 // live.go
+	kept        map[string]*Instance // by handle, until adopted
 }
 
 // New returns a backend whose instances live under dir, which should be

@@ -35,6 +35,7 @@ type Instance struct {
 	removed chan struct{} // closed when Wait returns
 	once    sync.Once
 
+	keep     bool               // it outlives its manager (live.go)
 	quiesce  chan struct{}      // the agent was asked to let go of its socket
 	relisten chan chan struct{} // and is told to listen again (serve.go)
 	listenMu sync.Mutex         // one listenAgain at a time

@@ -40,10 +40,10 @@ func (b *Backend) serve(bx *box, p policy.Policy, netns *os.File) (*Instance, er
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	b.mu.Lock()
-	memory := b.memory
+	memory, keep := b.memory, b.keepAlive
 	b.mu.Unlock()
 	i := &Instance{
-		box: bx, b: b, policy: p, netns: netns, stop: stop,
+		box: bx, b: b, policy: p, netns: netns, stop: stop, keep: keep,
 		done:     make(chan struct{}),
 		removed:  make(chan struct{}),
 		usage:    backend.Usage{Memory: memory},
