@@ -91,11 +91,17 @@ func (r *Locks) File() (*os.File, error) {
 // held its locks through, this process's: the bytes it holds stay held,
 // and are this process's to take (TryLock succeeds on them, as on a free
 // byte) and to release. It must come before any lock of this process:
-// two descriptions of one process would conflict with each other.
+// two descriptions of one process would conflict with each other. The
+// description adopted already, offered again, is taken as it is (f is
+// closed).
 func (r *Locks) Adopt(f *os.File) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.f != nil {
+		if sameDescription(r.f, f) {
+			f.Close()
+			return nil
+		}
 		return fmt.Errorf("lock %s: this process holds locks there already", r.Path)
 	}
 	var got, want unix.Stat_t
@@ -110,4 +116,13 @@ func (r *Locks) Adopt(f *os.File) error {
 	}
 	r.f, r.held = f, map[int64]bool{}
 	return nil
+}
+
+// sameDescription reports whether a and b are one open file description
+// (kcmp's KCMP_FILE).
+func sameDescription(a, b *os.File) bool {
+	const kcmpFile = 0
+	pid := uintptr(os.Getpid())
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, pid, pid, kcmpFile, a.Fd(), b.Fd(), 0)
+	return errno == 0 && r == 0
 }

@@ -111,7 +111,18 @@ func TestAdopt(t *testing.T) {
 	if heldElsewhere(t, path, 3) {
 		t.Error("an adopted lock, released, is still held")
 	}
-	if err := next.Adopt(os.NewFile(uintptr(kept), path)); err == nil {
+	again, err := unix.FcntlInt(uintptr(kept), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Adopt(os.NewFile(uintptr(again), path)); err != nil {
+		t.Errorf("the description adopted already, offered again: %v", err)
+	}
+	fresh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Adopt(fresh); err == nil {
 		t.Error("a second description adopted by one holder")
 	}
 	other, err := os.Create(filepath.Join(t.TempDir(), "other"))
