@@ -15,7 +15,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -137,6 +139,36 @@ type Adopter interface {
 	// DropUnadopted kills and removes the boxes an earlier process left
 	// that no Adopt took. Call it once every box to adopt is.
 	DropUnadopted()
+}
+
+// Keeper starts host processes that outlive the process that started
+// them, and hands them, with what it kept beside them, to a later one
+// (live restore): the namespaces backend's keeper serves the gVisor
+// backend's runsc too.
+type Keeper interface {
+	// StartKept starts cmd (its Path, Args, Env, Stdout and Stderr,
+	// which must be files, and ExtraFiles) as the keeper's child, in a
+	// session of its own, killed if the keeper dies.
+	StartKept(cmd *exec.Cmd) (KeptProcess, error)
+	// TakeKept returns the process an earlier process kept under tag,
+	// with the info and files it kept beside it; nil if there is none.
+	TakeKept(tag string) (KeptProcess, []byte, []*os.File)
+	// KeptTags lists the tags beginning with prefix that no TakeKept
+	// has taken.
+	KeptTags(prefix string) []string
+}
+
+// KeptProcess is a process a Keeper started.
+type KeptProcess interface {
+	Pid() int
+	// Signal signals it through a pidfd, never by a pid another process
+	// may have by now.
+	Signal(sig syscall.Signal) error
+	// Wait waits for it to end.
+	Wait()
+	// Keep has the keeper hold tag, info and files beside the process,
+	// for a later process's TakeKept.
+	Keep(tag string, info []byte, files []*os.File) error
 }
 
 // StateError is saved state (a checkpoint, a snapshot) that a backend

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -33,6 +34,7 @@ import (
 var (
 	_ backend.Adopter   = (*Backend)(nil)
 	_ backend.Adoptable = (*agentSandbox)(nil)
+	_ backend.Keeper    = (*Backend)(nil)
 )
 
 // heldInfo is what a keeper keeps of a sandbox beside its files.
@@ -88,6 +90,7 @@ func listenKeeper(dir string) (*os.File, string, error) {
 type kept struct {
 	proc *spawnedInit
 	info heldInfo
+	raw  json.RawMessage // another backend's info (backend.Keeper)
 	held []*os.File
 }
 
@@ -100,69 +103,95 @@ type kept struct {
 // any other is told to retire once its sandboxes end.
 func (b *Backend) Reattach(locks ...*rangelock.Locks) error {
 	all := append([]*rangelock.Locks{b.runs, uidLocks}, locks...)
-	entries, err := os.ReadDir(b.keepersDir())
-	if errors.Is(err, os.ErrNotExist) {
+	dir := b.keepersDir()
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); errors.Is(err, unix.ENOENT) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("keepers: %w", err)
 	}
+	// Whoever can put a socket here is trusted with the sandboxes: root's
+	// alone, as the state directory is.
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
+		return fmt.Errorf("keepers: %s must be a directory only root can enter", dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("keepers: %w", err)
+	}
 	spawners.mu.Lock()
 	defer spawners.mu.Unlock()
-	var errs []error
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".sock") {
 			continue
 		}
-		path := filepath.Join(b.keepersDir(), e.Name())
-		sp, err := b.reattach(path, all)
+		sp, own, err := b.reattach(filepath.Join(dir, e.Name()), all)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			// Fail closed: the sandboxes of a keeper not taken back
+			// would look like leftovers, their ids and slots free.
+			return err
 		}
 		if sp == nil {
 			continue
 		}
-		if spawners.keep != nil && spawners.current == nil && sp.exe == exeID() {
+		// A keeper of this build that holds the lock descriptions this
+		// process now uses forks its sandboxes; any other retires.
+		if spawners.keep != nil && spawners.current == nil && own && !sp.retired && sp.exe == exeID() {
 			spawners.current = sp
 		} else {
 			sp.send(spawnRequest{Kind: reqRetire}, nil)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // reattach takes over the keeper listening at path; nil if there is none
-// there any more.
-func (b *Backend) reattach(path string, locks []*rangelock.Locks) (*spawner, error) {
+// there any more. own says whether this process adopted the keeper's own
+// lock descriptions (adoptLocks).
+func (b *Backend) reattach(path string, locks []*rangelock.Locks) (sp *spawner, own bool, err error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
 		unix.Close(fd)
 		if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
 			os.Remove(path) // a keeper that died
-			return nil, nil
+			return nil, false, nil
 		}
-		return nil, fmt.Errorf("keeper: %w", err)
+		return nil, false, fmt.Errorf("keeper %s: %w", filepath.Base(path), err)
 	}
-	sp := &spawner{sock: fd, procs: map[uint64]*spawnedInit{}, keeper: true}
+	if cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil || cred.Uid != 0 {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("keeper %s: not root's", filepath.Base(path))
+	}
+	sp = &spawner{sock: fd, procs: map[uint64]*spawnedInit{}, keeper: true}
 	// The inventory, read here; what follows (reports of inits that
 	// end) by sp.read.
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10})
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(maxSpawnFiles*4))
 	var ids []string
+	defer func() {
+		if err != nil {
+			// Not ours to touch: left as they run, for a later start.
+			b.mu.Lock()
+			for _, id := range ids {
+				delete(b.kept, id)
+			}
+			b.mu.Unlock()
+		}
+	}()
 	for {
-		n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
+		n, oobn, flags, _, rerr := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if rerr == unix.EINTR {
 			continue
 		}
 		var r spawnReport
 		files, ferr := receivedFiles(oob[:max(oobn, 0)])
 		switch {
-		case err != nil || n == 0:
-			err = fmt.Errorf("keeper %s: no inventory: %v", filepath.Base(path), err)
+		case rerr != nil || n == 0:
+			err = fmt.Errorf("keeper %s: no inventory (is another daemon running on this state directory?): %v", filepath.Base(path), rerr)
 		case ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
 			err = fmt.Errorf("keeper %s: a malformed message", filepath.Base(path))
 		default:
@@ -171,33 +200,45 @@ func (b *Backend) reattach(path string, locks []*rangelock.Locks) (*spawner, err
 		if err != nil {
 			closeAll(files)
 			sp.died()
-			return nil, err
+			return nil, false, err
 		}
 		if r.Inventory {
-			sp.next, sp.exe = r.Next, r.Exe
-			b.adoptLocks(r.Paths, files, locks)
+			sp.next, sp.exe, sp.retired = r.Next, r.Exe, r.Retired
+			own = b.adoptLocks(r.Paths, files, locks)
 			break
 		}
 		if id := b.takeKept(sp, &r, files); id != "" {
 			ids = append(ids, id)
 		}
 	}
-	// Their locks, through the descriptions just adopted, which hold them
+	// Their locks, through the descriptions adopted, which hold them
 	// already (taken through another, they would look busy), before any
-	// cleanup could take them.
+	// cleanup could take them for leftovers'.
 	b.mu.Lock()
 	for _, id := range ids {
-		b.runs.TryLock(runOffset(id))
-		uidLocks.TryLock(int64((b.kept[id].info.HostUID - hostIDBase) / hostIDRange))
+		if e := b.runs.TryLock(runOffset(id)); e != nil {
+			err = errors.Join(err, fmt.Errorf("sandbox %s: its record's lock: %w", id, e))
+		}
+		if e := uidLocks.TryLock(int64((b.kept[id].info.HostUID - hostIDBase) / hostIDRange)); e != nil {
+			err = errors.Join(err, fmt.Errorf("sandbox %s: its host ids' lock: %w", id, e))
+		}
 	}
 	b.mu.Unlock()
+	if err != nil {
+		sp.died()
+		return nil, false, fmt.Errorf("keeper %s: %w", filepath.Base(path), err)
+	}
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{})
 	go sp.read()
-	return sp, nil
+	return sp, own, nil
 }
 
 // adoptLocks makes the lock descriptions a keeper holds this process's.
-func (b *Backend) adoptLocks(paths []string, files []*os.File, locks []*rangelock.Locks) {
+// It reports whether every one of locks is now one of the keeper's: a
+// description another keeper handed over first is kept instead (one
+// description per file, passed on from daemon to daemon: KeepAlive).
+func (b *Backend) adoptLocks(paths []string, files []*os.File, locks []*rangelock.Locks) bool {
+	adopted := 0
 	for i, f := range files {
 		var l *rangelock.Locks
 		for _, c := range locks {
@@ -210,12 +251,12 @@ func (b *Backend) adoptLocks(paths []string, files []*os.File, locks []*rangeloc
 			continue
 		}
 		if err := l.Adopt(f); err != nil {
-			// Another keeper's, handed over already: one description
-			// per file, passed on from daemon to daemon (KeepAlive).
 			f.Close()
-			b.log.Warn("keeper's lock", "err", err)
+			continue
 		}
+		adopted++
 	}
+	return adopted == len(locks)
 }
 
 // takeKept takes one sandbox of a keeper's inventory: its init, which
@@ -228,6 +269,16 @@ func (b *Backend) takeKept(sp *spawner, r *spawnReport, files []*os.File) string
 	}
 	p := &spawnedInit{sp: sp, id: r.ID, pid: r.Pid, pidfd: files[0], started: make(chan spawnReport, 1), ended: make(chan spawnReport, 1)}
 	sp.procs[r.ID] = p
+	if strings.Contains(r.Tag, "/") {
+		// Another backend's process (backend.Keeper), for its TakeKept.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.others == nil {
+			b.others = map[string]*kept{}
+		}
+		b.others[r.Tag] = &kept{proc: p, raw: r.Info, held: files[1:]}
+		return ""
+	}
 	var info heldInfo
 	if r.Tag == "" || json.Unmarshal(r.Info, &info) != nil || !validID(r.Tag) {
 		// Forked, never set up (the daemon died in its start): its
@@ -353,16 +404,91 @@ func (s *agentSandbox) keep(logR, netns *os.File, outputLimit int64) error {
 	}
 	info := heldInfo{HostUID: s.HostUID, HostView: s.hostView, OutputLimit: outputLimit, NetNS: netns != nil, Upper: s.upper != nil}
 	data, _ := json.Marshal(info)
-	fds := []int{int(logR.Fd())}
+	files := []*os.File{logR}
 	if netns != nil {
-		fds = append(fds, int(netns.Fd()))
+		files = append(files, netns)
 	}
 	if s.upper != nil {
-		fds = append(fds, int(s.upper.Fd()))
+		files = append(files, s.upper)
 	}
-	if err := p.sp.send(spawnRequest{Kind: reqHold, ID: p.id, Tag: s.ID, Info: data}, fds); err != nil {
+	if err := p.hold(s.ID, data, files); err != nil {
 		return err
 	}
 	s.kept = true
 	return nil
+}
+
+// StartKept starts cmd through this process's keeper (KeepAlive), for
+// another backend whose processes outlive this one too.
+func (b *Backend) StartKept(cmd *exec.Cmd) (backend.KeptProcess, error) {
+	spawners.mu.Lock()
+	keep := spawners.keep
+	spawners.mu.Unlock()
+	if keep == nil {
+		return nil, errors.New("no keeper: this process keeps nothing alive")
+	}
+	out, ok1 := cmd.Stdout.(*os.File)
+	errs, ok2 := cmd.Stderr.(*os.File)
+	if !ok1 || !ok2 || cmd.Stdin != nil || len(cmd.Args) == 0 {
+		return nil, errors.New("a kept process's output must be files, and it has no input")
+	}
+	fds := []int{int(out.Fd()), int(errs.Fd())}
+	for _, f := range cmd.ExtraFiles {
+		fds = append(fds, int(f.Fd()))
+	}
+	sp, err := spawners.spawner()
+	if err != nil {
+		return nil, err
+	}
+	p, err := sp.start(spawnRequest{Kind: reqExec, Argv: append([]string{cmd.Path}, cmd.Args[1:]...), Env: cmd.Env}, fds)
+	if err != nil {
+		return nil, err
+	}
+	return keptProc{p}, nil
+}
+
+// TakeKept returns what a keeper holds under tag for another backend.
+func (b *Backend) TakeKept(tag string) (backend.KeptProcess, []byte, []*os.File) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.others[tag]
+	if k == nil {
+		return nil, nil, nil
+	}
+	delete(b.others, tag)
+	return keptProc{k.proc}, k.raw, k.held
+}
+
+// KeptTags lists the tags of other backends' processes not yet taken.
+func (b *Backend) KeptTags(prefix string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tags []string
+	for t := range b.others {
+		if strings.HasPrefix(t, prefix) {
+			tags = append(tags, t)
+		}
+	}
+	return tags
+}
+
+// keptProc is a spawned process as another backend sees it.
+type keptProc struct{ *spawnedInit }
+
+func (p keptProc) Wait() { p.spawnedInit.Wait() }
+
+func (p keptProc) Keep(tag string, info []byte, files []*os.File) error {
+	return p.hold(tag, info, files)
+}
+
+// hold has p's keeper hold tag, info and files beside it.
+func (p *spawnedInit) hold(tag string, info []byte, files []*os.File) error {
+	if !p.sp.keeper {
+		return errors.New("its spawner keeps nothing alive")
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return p.sp.send(spawnRequest{Kind: reqHold, ID: p.id, Tag: tag, Info: info}, fds)
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,12 +98,13 @@ func ServeSpawner(args []string) int {
 		if code, done := k.serve(conn); done {
 			return code
 		}
-		unix.Close(conn)
 		if !k.live {
 			return 0 // the daemon is gone: so are its sandboxes
 		}
+		// No send may use the number once it is closed.
 		k.mu.Lock()
 		k.conn = -1
+		unix.Close(conn)
 		k.exitIfIdle()
 		k.mu.Unlock()
 		conn = accept(listener)
@@ -117,7 +119,13 @@ func ServeSpawner(args []string) int {
 func accept(listener int) int {
 	for {
 		c, _, err := unix.Accept4(listener, unix.SOCK_CLOEXEC)
-		if err == unix.EINTR || err == unix.ECONNABORTED {
+		switch err {
+		case unix.EINTR, unix.ECONNABORTED:
+			continue
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			// Short of resources for a moment: its inits must not die
+			// of it.
+			time.Sleep(100 * time.Millisecond)
 			continue
 		}
 		if err != nil {
@@ -168,7 +176,7 @@ func (k *keeper) serve(conn int) (code int, done bool) {
 		k.maxID = max(k.maxID, req.ID)
 		k.mu.Unlock()
 		switch req.Kind {
-		case "":
+		case "", reqExec:
 			k.fork(&req, files)
 		case reqHold:
 			k.hold(&req, files)
@@ -200,7 +208,11 @@ func (k *keeper) fork(req *spawnRequest, files []*os.File) {
 		k.send(spawnReport{ID: req.ID, Err: "the spawner is retired"}, nil)
 		return
 	}
-	proc, err := spawnFor(req, files)
+	spawn := spawnFor
+	if req.Kind == reqExec {
+		spawn = spawnExec
+	}
+	proc, err := spawn(req, files)
 	closeAll(files)
 	if err != nil {
 		k.send(spawnReport{ID: req.ID, Err: err.Error()}, nil)
@@ -259,20 +271,23 @@ func (k *keeper) inventory() {
 	for id, ki := range k.inits {
 		r := spawnReport{ID: id, Kept: true, Pid: ki.proc.Pid(), Tag: ki.tag, Info: ki.info}
 		var fds []int
+		pidfd := -1
 		if ki.ended != nil {
 			r.Exited, r.Status, r.CPU = true, ki.ended.Status, ki.ended.CPU
 		} else {
-			pidfd := dupPidfd(ki.proc)
-			if pidfd < 0 {
+			if pidfd = dupPidfd(ki.proc); pidfd < 0 {
 				continue // reaped this moment: its end is reported next
 			}
-			defer unix.Close(pidfd)
 			fds = append(fds, pidfd)
 			for _, f := range ki.held {
 				fds = append(fds, int(f.Fd()))
 			}
 		}
-		if !k.sendLocked(r, fds) {
+		sent := k.sendLocked(r, fds)
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		if !sent {
 			return
 		}
 		if ki.ended != nil {
@@ -283,7 +298,7 @@ func (k *keeper) inventory() {
 	for _, f := range k.locks {
 		fds = append(fds, int(f.Fd()))
 	}
-	k.sendLocked(spawnReport{Inventory: true, Next: k.maxID, Exe: exeID(), Paths: k.paths}, fds)
+	k.sendLocked(spawnReport{Inventory: true, Next: k.maxID, Exe: exeID(), Paths: k.paths, Retired: k.retired}, fds)
 }
 
 // exitIfIdle ends a keeper that holds no init and that no daemon will

@@ -32,8 +32,9 @@ type Backend struct {
 	log      *slog.Logger
 	runs     *rangelock.Locks // <state dir>/runs.lock (state.go)
 
-	mu   sync.Mutex
-	kept map[string]*kept // by sandbox id, until adopted (adopt.go)
+	mu     sync.Mutex
+	kept   map[string]*kept // by sandbox id, until adopted (adopt.go)
+	others map[string]*kept // other backends', by tag (backend.Keeper)
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -52,6 +52,9 @@ func ForkThroughSpawner() { forkInit = spawners.fork }
 //     as long as it lives, for a later daemon (a keeper's, keeper.go);
 //   - reqLocks: hold the message's files, lock descriptions of Paths, for
 //     as long as the spawner lives;
+//   - reqExec: start Argv with Env, its files stdout, stderr, then its
+//     descriptors 3, 4, …, in a session of its own, as root (a backend
+//     that keeps its processes through this one's: KeepAlive);
 //   - reqRetire: fork no more, and exit once the last init has ended.
 type spawnRequest struct {
 	Kind   string `json:",omitempty"`
@@ -65,9 +68,12 @@ type spawnRequest struct {
 	Tag    string          `json:",omitempty"`
 	Info   json.RawMessage `json:",omitempty"`
 	Paths  []string        `json:",omitempty"`
+	Argv   []string        `json:",omitempty"`
+	Env    []string        `json:",omitempty"`
 }
 
 const (
+	reqExec   = "exec"
 	reqHold   = "hold"
 	reqLocks  = "locks"
 	reqRetire = "retire"
@@ -96,6 +102,7 @@ type spawnReport struct {
 	Next      uint64          `json:",omitempty"`
 	Exe       string          `json:",omitempty"`
 	Paths     []string        `json:",omitempty"`
+	Retired   bool            `json:",omitempty"`
 }
 
 // maxSpawnFiles bounds the files of one request: the kernel passes at
@@ -134,6 +141,25 @@ func spawnFor(req *spawnRequest, files []*os.File) (childInit, error) {
 		return childInit{}, err
 	}
 	return p.(childInit), nil
+}
+
+// spawnExec starts the command req and its files describe, on the
+// spawner thread: it dies with the spawner (its parent-death signal).
+func spawnExec(req *spawnRequest, files []*os.File) (childInit, error) {
+	if len(req.Argv) == 0 || len(files) < 2 {
+		return childInit{}, errors.New("spawner: an exec without a command or its output")
+	}
+	cmd := &exec.Cmd{
+		Path: req.Argv[0], Args: req.Argv, Env: req.Env,
+		Stdout: files[0], Stderr: files[1], ExtraFiles: files[2:],
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	var err error
+	onSpawner(func() { err = cmd.Start() })
+	if err != nil {
+		return childInit{}, err
+	}
+	return childInit{cmd}, nil
 }
 
 // receivedFiles are the descriptors of a message's SCM_RIGHTS. On an
@@ -182,31 +208,40 @@ var spawners spawnerSet
 
 // spawner is one spawner process, as the daemon sees it.
 type spawner struct {
-	sock   int
-	sendMu sync.Mutex // held for each send, and to close sock
-	closed bool       // sock is closed: its number may be another file's
-	mu     sync.Mutex
-	next   uint64
-	procs  map[uint64]*spawnedInit // forks asked for, until their init has ended
-	dead   bool
-	keeper bool   // it outlives this process (keeper.go)
-	exe    string // a keeper's executable (exeID), once reattached
+	sock    int
+	sendMu  sync.Mutex // held for each send, and to close sock
+	closed  bool       // sock is closed: its number may be another file's
+	mu      sync.Mutex
+	next    uint64
+	procs   map[uint64]*spawnedInit // forks asked for, until their init has ended
+	dead    bool
+	keeper  bool   // it outlives this process (keeper.go)
+	exe     string // a keeper's executable (exeID), once reattached
+	retired bool   // a keeper that forks no more
 }
 
 // fork forks f through the spawner, starting one if none runs.
 func (set *spawnerSet) fork(f *initFork) (initProc, error) {
+	sp, err := set.spawner()
+	if err != nil {
+		return nil, err
+	}
+	return sp.fork(f)
+}
+
+// spawner is the spawner to ask, started if none runs.
+func (set *spawnerSet) spawner() (*spawner, error) {
 	set.mu.Lock()
+	defer set.mu.Unlock()
 	sp := set.current
 	if sp == nil || sp.isDead() {
 		var err error
 		if sp, err = startSpawner(set.keep); err != nil {
-			set.mu.Unlock()
 			return nil, err
 		}
 		set.current = sp
 	}
-	set.mu.Unlock()
-	return sp.fork(f)
+	return sp, nil
 }
 
 // startSpawner starts a spawner from this process's executable, a keeper
@@ -320,6 +355,15 @@ func (sp *spawner) fork(f *initFork) (initProc, error) {
 	if len(fds) > maxSpawnFiles {
 		return nil, fmt.Errorf("init would get %d files, more than %d", len(fds), maxSpawnFiles)
 	}
+	p, err := sp.start(req, fds)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// start sends req with fds and waits for the spawner's answer.
+func (sp *spawner) start(req spawnRequest, fds []int) (*spawnedInit, error) {
 	p := &spawnedInit{sp: sp, started: make(chan spawnReport, 1), ended: make(chan spawnReport, 1)}
 	sp.mu.Lock()
 	if sp.dead {
