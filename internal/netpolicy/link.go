@@ -127,6 +127,30 @@ func (l *link) create(ns *os.File) error {
 	return nil
 }
 
+// check makes sure that the sandbox's end of the pair is in ns: a
+// network taken back (Adopt) is the one the sandbox runs in, not another
+// slot's. (Its address is no proof: gVisor's netstack takes it off the
+// interface.)
+func (l *link) check(ns *os.File) error {
+	host, err := netlink.LinkByName(l.hostIf)
+	if err != nil {
+		return fmt.Errorf("veth %s: %w", l.hostIf, err)
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(int(ns.Fd())))
+	if err != nil {
+		return fmt.Errorf("sandbox network namespace: %w", err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(sandboxIf)
+	if err != nil {
+		return fmt.Errorf("sandbox interface: %w", err)
+	}
+	if eth.Attrs().ParentIndex != host.Attrs().Index {
+		return fmt.Errorf("the sandbox's interface is not the peer of %s", l.hostIf)
+	}
+	return nil
+}
+
 // remove deletes the pair (both ends go with either), if it exists.
 func removeLink(name string) error {
 	l, err := netlink.LinkByName(name)

@@ -27,7 +27,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/layout"
@@ -380,8 +379,8 @@ func (h *Host) Adopt(ctx context.Context, id, handle string, ns *os.File, pol po
 			a.Close()
 		}
 	}()
-	if _, err := netlink.LinkByName(a.link.hostIf); err != nil {
-		return a, fmt.Errorf("veth %s: %w", a.link.hostIf, err)
+	if err := a.link.check(ns); err != nil {
+		return a, err
 	}
 	if err := ensureTable(); err != nil {
 		return a, err
@@ -394,7 +393,9 @@ func (h *Host) Adopt(ctx context.Context, id, handle string, ns *os.File, pol po
 		at = ports{}
 	}
 	if err := a.serve(ctx, at); err != nil && at != (ports{}) {
-		// A port taken meanwhile: new ones, redirected anew.
+		// A port taken while no daemon ran, by a process of the host
+		// (SECURITY.md's known gaps): new ones, redirected anew.
+		a.logger().Warn("a sandbox's proxy or resolver port was taken while no daemon ran: redirected to new ones", "interface", a.link.hostIf, "err", err)
 		a.closeListeners()
 		if err := removePorts(a.link.hostIf); err != nil {
 			return a, err
