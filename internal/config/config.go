@@ -45,8 +45,8 @@ type Config struct {
 	// keeps its RAM and dies with the daemon) even where its backend can
 	// save it to disk (gVisor, without a network).
 	PauseInMemory bool `json:"pauseInMemory"`
-	// LiveRestore: sandboxes on namespaces outlive the daemon (a restart,
-	// a kill, a new binary), and the next start takes them back. Off by
+	// LiveRestore: sandboxes outlive the daemon (a restart, a kill, a new
+	// binary), and the next start takes them back. Off by
 	// default: without a daemon nothing ends them at their time to live
 	// and their networks reach nothing.
 	LiveRestore bool `json:"liveRestore"`

@@ -73,22 +73,29 @@ func (bs *backends) get(name string) (sandbox.Backend, error) {
 
 // keep has the namespaces backend take back what the sandboxes an
 // earlier daemon left running hold (Reattach), with locks beyond its
-// own; and, if live, keep this daemon's sandboxes alive past it.
-func (bs *backends) keep(live bool, log *slog.Logger, locks ...*rangelock.Locks) {
+// own, and, if live, keep this daemon's sandboxes alive past it. What
+// cannot be taken back is an error: its sandboxes would look like
+// leftovers to the cleanups that follow.
+func (bs *backends) keep(live bool, locks ...*rangelock.Locks) error {
 	if !bs.host {
-		return
+		return nil
 	}
 	b, err := bs.get("namespaces")
 	if err != nil {
-		return
+		return nil
 	}
 	nb := b.(*namespaces.Backend)
 	if live {
 		nb.KeepAlive(locks...)
 	}
 	if err := nb.Reattach(locks...); err != nil {
-		log.Warn("sandboxes left running by an earlier daemon", "err", err)
+		return fmt.Errorf("the sandboxes an earlier daemon left running: %w", err)
 	}
+	// gVisor's runsc is kept by the same keeper, where runsc is found.
+	if g, err := bs.get("gvisor"); err == nil {
+		g.(*gvisor.Backend).SetKeeper(nb, live)
+	}
+	return nil
 }
 
 // sweep removes the cgroups that sandboxes of dead processes left, older

@@ -101,6 +101,7 @@ func BuildHost(ctx context.Context, stateDir string, withNetwork bool, log *slog
 		if network == nil || network.unavailable != nil {
 			return nil, nil, configErrorf("this host cannot give the build a network: build with --net none")
 		}
+		network.cleanup(log)
 		mcfg.Network = network
 	}
 	m := sandbox.NewManager(mcfg, ns, log)

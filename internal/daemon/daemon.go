@@ -102,7 +102,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Daemon, error) 
 	d.openFiles = raiseFileLimit()
 	// Before any lock of this process, or any cleanup, is taken: what
 	// sandboxes left running by an earlier daemon hold (live.go).
-	d.backends.keep(cfg.LiveRestore, d.log, netpolicy.SlotLocks())
+	if err := d.backends.keep(cfg.LiveRestore, netpolicy.SlotLocks()); err != nil {
+		return nil, err
+	}
 	network, err := newNetwork(&d.cfg, d.log)
 	if err != nil {
 		return nil, configError(err)

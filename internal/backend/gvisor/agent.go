@@ -33,6 +33,9 @@ type agentSandbox struct {
 	b     *bundle
 	agent *agentDir
 	run   *exec.Cmd
+	// kept is runsc started through a keeper (adopt.go): then it, not
+	// run's Process, is signalled and waited for.
+	kept backend.KeptProcess
 	// failure is what runsc said if it failed; read after done.
 	failure *runscFailure
 	done    chan struct{}
@@ -141,15 +144,32 @@ func (s *agentSandbox) start(command string, flags ...string) error {
 	go func() { io.Copy(log, logR); logR.Close() }()
 	s.run.Stdout, s.run.Stderr = logW, logW
 	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	err = s.run.Start()
+	if s.be.keepAlive {
+		s.kept, err = s.be.keeper.StartKept(s.run)
+		if err == nil {
+			// The keeper holds the log's read end too: runsc's sandbox
+			// writes the agent's log, which must not fail while no
+			// daemon reads it.
+			err = s.keep(logR)
+			if err != nil {
+				s.kept.Signal(syscall.SIGKILL)
+			}
+		}
+	} else {
+		err = s.run.Start()
+	}
 	logW.Close()
 	errW.Close()
 	if err != nil {
 		return fmt.Errorf("start runsc: %w", err)
 	}
 	go func() {
-		backend.AwaitExit(s.run.Process)
-		s.run.Wait()
+		if s.kept != nil {
+			s.kept.Wait()
+		} else {
+			backend.AwaitExit(s.run.Process)
+			s.run.Wait()
+		}
 		close(s.done)
 	}()
 	return nil
@@ -201,7 +221,12 @@ func (s *agentSandbox) Done() <-chan struct{} { return s.done }
 // with it (Pdeathsig); Wait then kills whatever is left in its cgroup. A
 // paused sandbox is thawed, or the signal would wait for it.
 func (s *agentSandbox) Kill(ctx context.Context) error {
-	err := s.run.Process.Kill()
+	var err error
+	if s.kept != nil {
+		err = s.kept.Signal(syscall.SIGKILL)
+	} else {
+		err = s.run.Process.Kill()
+	}
 	if errors.Is(err, os.ErrProcessDone) {
 		err = nil
 	}

@@ -25,6 +25,11 @@ type Backend struct {
 	stampOnce sync.Once
 	stamp     string // what saved state is marked with (checkpoint.go)
 	stampErr  error
+
+	// keeper holds the sandboxes an earlier process left running (and,
+	// if keepAlive, starts runsc for this one's): adopt.go.
+	keeper    backend.Keeper
+	keepAlive bool
 }
 
 var _ backend.Backend = (*Backend)(nil)
