@@ -188,6 +188,14 @@ func (m *Manager) adopt(path string, backends map[string]bool) error {
 		return err
 	}
 	m.mu.Lock()
+	if m.sandboxes[sb.ID] != nil {
+		// Saved to disk too (a daemon died between the two records): its
+		// box ended with the save.
+		m.mu.Unlock()
+		inst.Kill(context.Background())
+		inst.Wait()
+		return errors.New("it was saved to disk since")
+	}
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
 	// Its time to live runs on from where it was: one that ran out while
