@@ -209,9 +209,8 @@ bench-tti: deps build runsc stock
 bench-volumes: deps build runsc stock
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-volumes.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-volumes.mjs
 
-# Live restore (namespaces: gVisor's sandboxes are not kept yet).
-bench-live: deps build stock
-	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-live.mjs
+bench-live: deps build runsc stock
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-live.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-live.mjs
 
 bench-pause: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && node bench-pause.mjs

@@ -2,7 +2,8 @@
 // sandboxes outlive the daemon — kill -9, SIGTERM, a new binary — and the
 // next start takes them back with the same ids, tokens, metadata, time
 // to live and network policy, their processes and kernels never stopped;
-// a paused one stays paused and resumes. Fifty restarts leave nothing
+// a paused one stays paused and resumes (on gVisor from disk, where a
+// pause saves it). On both backends. Fifty restarts leave nothing
 // behind (processes, mounts, cgroups, network namespaces, interfaces,
 // descriptors). Run under tests/netlab: the sandboxes' network is the
 // fake internet's (allowed.test, denied.test).
@@ -15,12 +16,11 @@ import { join, resolve } from 'node:path'
 import { ALL_TRAFFIC } from 'e2b'
 import { Sandbox } from '@e2b/code-interpreter'
 import { startServer, sleep } from './harness.mjs'
-import { gvisor, pools, procTable, descendants, airlockCgroups, read, link, norm, clientSockets, listenPort } from './reliability-util.mjs'
+import { pools, procTable, descendants, airlockCgroups, read, link, norm, clientSockets, listenPort } from './reliability-util.mjs'
 import { metric } from './bench-util.mjs'
 
 const labDNS = process.env.AIRLOCK_LAB_DNS
-const skip = (gvisor && 'live restore keeps namespaces sandboxes only (docs/not-done.md)') ||
-  (!labDNS && 'needs the fake internet: run under bin/netlab')
+const skip = !labDNS && 'needs the fake internet: run under bin/netlab'
 const config = { liveRestore: true, templates: { ...pools(1), jail: { poolSize: 0 } }, network: { dns: [labDNS] } }
 
 let server
