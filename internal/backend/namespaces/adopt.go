@@ -125,7 +125,14 @@ func (b *Backend) Reattach(locks ...*rangelock.Locks) error {
 		if !strings.HasSuffix(e.Name(), ".sock") {
 			continue
 		}
-		sp, own, err := b.reattach(filepath.Join(dir, e.Name()), all)
+		path := filepath.Join(dir, e.Name())
+		sp, own, err := b.reattach(path, all)
+		if errors.Is(err, errEarlyEnd) {
+			// A keeper exits when it holds nothing and no daemon is
+			// connected: it may have, with this connection queued.
+			time.Sleep(100 * time.Millisecond)
+			sp, own, err = b.reattach(path, all)
+		}
 		if err != nil {
 			// Fail closed: the sandboxes of a keeper not taken back
 			// would look like leftovers, their ids and slots free.
@@ -145,11 +152,16 @@ func (b *Backend) Reattach(locks ...*rangelock.Locks) error {
 	return nil
 }
 
+// errEarlyEnd: a keeper ended the connection before its inventory.
+var errEarlyEnd = errors.New("the keeper ended the connection")
+
 // reattach takes over the keeper listening at path; nil if there is none
 // there any more. own says whether this process adopted the keeper's own
 // lock descriptions (adoptLocks).
 func (b *Backend) reattach(path string, locks []*rangelock.Locks) (sp *spawner, own bool, err error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	// Not blocking: a keeper serving another daemon accepts nobody, and
+	// its queue, once full, would hold this start.
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, false, err
 	}
@@ -159,7 +171,11 @@ func (b *Backend) reattach(path string, locks []*rangelock.Locks) (sp *spawner, 
 			os.Remove(path) // a keeper that died
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("keeper %s: %w", filepath.Base(path), err)
+		return nil, false, fmt.Errorf("keeper %s: %w (is another daemon running on this state directory?)", filepath.Base(path), err)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, false, err
 	}
 	if cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil || cred.Uid != 0 {
 		unix.Close(fd)
@@ -172,6 +188,7 @@ func (b *Backend) reattach(path string, locks []*rangelock.Locks) (sp *spawner, 
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(maxSpawnFiles*4))
 	var ids []string
+	first := true
 	defer func() {
 		if err != nil {
 			// Not ours to touch: left as they run, for a later start.
@@ -190,6 +207,8 @@ func (b *Backend) reattach(path string, locks []*rangelock.Locks) (sp *spawner, 
 		var r spawnReport
 		files, ferr := receivedFiles(oob[:max(oobn, 0)])
 		switch {
+		case first && (n == 0 || errors.Is(rerr, unix.ECONNRESET)):
+			err = errEarlyEnd
 		case rerr != nil || n == 0:
 			err = fmt.Errorf("keeper %s: no inventory (is another daemon running on this state directory?): %v", filepath.Base(path), rerr)
 		case ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
@@ -202,6 +221,7 @@ func (b *Backend) reattach(path string, locks []*rangelock.Locks) (sp *spawner, 
 			sp.died()
 			return nil, false, err
 		}
+		first = false
 		if r.Inventory {
 			sp.next, sp.exe, sp.retired = r.Next, r.Exe, r.Retired
 			own = b.adoptLocks(r.Paths, files, locks)
@@ -284,6 +304,7 @@ func (b *Backend) takeKept(sp *spawner, r *spawnReport, files []*os.File) string
 		// Forked, never set up (the daemon died in its start): its
 		// cgroup and record are a leftover's (Cleanup).
 		p.Signal(syscall.SIGKILL)
+		go p.Wait()
 		closeAll(files[1:])
 		return ""
 	}
@@ -343,7 +364,7 @@ func (b *Backend) adopted(id string, k *kept) (*Sandbox, *os.File, error) {
 	sb.stderr = sb.stdout
 	var netns *os.File
 	if len(k.held) == want {
-		logR := k.held[0]
+		logR := pollable(k.held[0])
 		if k.info.NetNS {
 			netns = k.held[1]
 		}
@@ -432,15 +453,23 @@ func (b *Backend) StartKept(cmd *exec.Cmd) (backend.KeptProcess, error) {
 	if !ok1 || !ok2 || cmd.Stdin != nil || len(cmd.Args) == 0 {
 		return nil, errors.New("a kept process's output must be files, and it has no input")
 	}
-	fds := []int{int(out.Fd()), int(errs.Fd())}
+	if cmd.Err != nil {
+		return nil, cmd.Err
+	}
+	// The keeper's working directory is not this process's.
+	path, err := filepath.Abs(cmd.Path)
+	if err != nil {
+		return nil, err
+	}
+	fds := []int{rawFd(out), rawFd(errs)}
 	for _, f := range cmd.ExtraFiles {
-		fds = append(fds, int(f.Fd()))
+		fds = append(fds, rawFd(f))
 	}
 	sp, err := spawners.spawner()
 	if err != nil {
 		return nil, err
 	}
-	p, err := sp.start(spawnRequest{Kind: reqExec, Argv: append([]string{cmd.Path}, cmd.Args[1:]...), Env: cmd.Env}, fds)
+	p, err := sp.start(spawnRequest{Kind: reqExec, Argv: append([]string{path}, cmd.Args[1:]...), Env: cmd.Env}, fds)
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +517,35 @@ func (p *spawnedInit) hold(tag string, info []byte, files []*os.File) error {
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {
-		fds[i] = int(f.Fd())
+		fds[i] = rawFd(f)
 	}
 	return p.sp.send(spawnRequest{Kind: reqHold, ID: p.id, Tag: tag, Info: info}, fds)
+}
+
+// rawFd is f's descriptor, valid while f is open. Unlike f.Fd it leaves
+// f as it is: Fd puts a pipe in blocking mode (its description's, which
+// every copy shares), and a goroutine reading it then holds a thread of
+// its own, one per sandbox.
+func rawFd(f *os.File) int {
+	fd := -1
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(u uintptr) { fd = int(u) })
+	}
+	return fd
+}
+
+// pollable is a file of f's pipe that Go's poller reads: one handed over
+// whose description is in blocking mode would hold a thread while read.
+func pollable(f *os.File) *os.File {
+	fd := rawFd(f)
+	if fd < 0 {
+		return f
+	}
+	unix.SetNonblock(fd, true)
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return f
+	}
+	f.Close()
+	return os.NewFile(uintptr(dup), "log")
 }

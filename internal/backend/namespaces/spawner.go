@@ -498,7 +498,11 @@ func (p *spawnedInit) Signal(sig syscall.Signal) error {
 	if p.pidfd == nil {
 		return os.ErrProcessDone
 	}
-	return unix.PidfdSendSignal(int(p.pidfd.Fd()), sig, nil, 0)
+	err := unix.PidfdSendSignal(int(p.pidfd.Fd()), sig, nil, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return os.ErrProcessDone // ended, its end not yet reported
+	}
+	return err
 }
 
 func (p *spawnedInit) Wait() (unix.WaitStatus, time.Duration, error) {
