@@ -94,6 +94,18 @@ func (bs *backends) keep(live bool, locks ...*rangelock.Locks) error {
 	// gVisor's runsc is kept by the same keeper, where runsc is found.
 	if g, err := bs.get("gvisor"); err == nil {
 		g.(*gvisor.Backend).SetKeeper(nb, live)
+		return nil
+	}
+	// No runsc here now: its kept sandboxes cannot be taken back, and
+	// end (their bundles go at the next start that finds runsc).
+	for _, tag := range nb.KeptTags("gvisor/") {
+		if p, _, files := nb.TakeKept(tag); p != nil {
+			p.Signal(syscall.SIGKILL)
+			p.Wait()
+			for _, f := range files {
+				f.Close()
+			}
+		}
 	}
 	return nil
 }

@@ -96,20 +96,31 @@ func (be *Backend) Adopt(_ context.Context, handle string) (backend.Instance, *o
 func (be *Backend) adopted(id string, proc backend.KeptProcess, raw []byte, files []*os.File) (*agentSandbox, *os.File, error) {
 	var info keptInfo
 	want := 3
-	if err := json.Unmarshal(raw, &info); err == nil && info.NetNS {
+	err := json.Unmarshal(raw, &info)
+	if info.NetNS {
 		want++
 	}
-	if len(files) != want {
+	if err != nil || len(files) != want {
 		closeAll(files)
 		proc.Signal(syscall.SIGKILL)
 		proc.Wait()
 		b := &bundle{id: id, dir: filepath.Join(be.stateDir, "bundles", id), stateDir: be.stateDir, cg: cgroups.Load(cgroups.Prefix + id)}
-		b.remove(be.runsc)
-		return nil, nil, fmt.Errorf("sandbox %s: its keeper held %d files, not %d", id, len(files), want)
+		s := &agentSandbox{b: b}
+		if s.isSaved() {
+			b.release(be.runsc) // a restore not yet taken: its saved state stays
+		} else {
+			b.remove(be.runsc)
+		}
+		return nil, nil, fmt.Errorf("sandbox %s: its keeper held %d files (%v), not %d", id, len(files), err, want)
 	}
-	logR, lock, agentFile := files[0], files[1], files[2]
+	logR, lock, agentFile := pollable(files[0]), files[1], files[2]
 	b := &bundle{id: id, dir: filepath.Join(be.stateDir, "bundles", id), stateDir: be.stateDir, lock: lock, cg: cgroups.Load(cgroups.Prefix + id)}
 	b.limits.CPUs = info.CPUs
+	if info.CPUs > 0 {
+		// Its own quota: a restore's boost (checkpoint.go) may not have
+		// been set back when its daemon died.
+		b.cg.SetCPUs(info.CPUs)
+	}
 	var netns *os.File
 	if info.NetNS {
 		netns = files[3]
@@ -137,6 +148,9 @@ func (be *Backend) adopted(id string, proc backend.KeptProcess, raw []byte, file
 	if fd < 0 {
 		s.Kill(context.Background())
 		s.Wait()
+		if netns != nil {
+			netns.Close()
+		}
 		return nil, nil, errors.New("sandbox " + id + ": its agent's directory")
 	}
 	return s, netns, nil
@@ -155,6 +169,7 @@ func (be *Backend) DropUnadopted() {
 		}
 		if !validID(id) {
 			proc.Signal(syscall.SIGKILL)
+			proc.Wait()
 			closeAll(files)
 			continue
 		}
@@ -167,6 +182,25 @@ func (be *Backend) DropUnadopted() {
 			}
 		}
 	}
+}
+
+// pollable is a file of f's pipe that Go's poller reads: one handed over
+// in blocking mode would hold a thread while read, one per sandbox.
+func pollable(f *os.File) *os.File {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return f
+	}
+	dup := -1
+	rc.Control(func(fd uintptr) {
+		unix.SetNonblock(int(fd), true)
+		dup, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	})
+	if dup < 0 {
+		return f
+	}
+	f.Close()
+	return os.NewFile(uintptr(dup), "log")
 }
 
 // validID reports whether id is one newBundle makes: before a path is

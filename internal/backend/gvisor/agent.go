@@ -150,9 +150,11 @@ func (s *agentSandbox) start(command string, flags ...string) error {
 			// The keeper holds the log's read end too: runsc's sandbox
 			// writes the agent's log, which must not fail while no
 			// daemon reads it.
-			err = s.keep(logR)
-			if err != nil {
+			if err = s.keep(logR); err != nil {
 				s.kept.Signal(syscall.SIGKILL)
+				s.kept.Wait()
+				s.kept = nil
+				b.teardown(s.runsc) // what runsc made of it
 			}
 		}
 	} else {
