@@ -113,7 +113,7 @@ func (be *Backend) adopted(id string, proc backend.KeptProcess, raw []byte, file
 		}
 		return nil, nil, fmt.Errorf("sandbox %s: its keeper held %d files (%v), not %d", id, len(files), err, want)
 	}
-	logR, lock, agentFile := pollable(files[0]), files[1], files[2]
+	logR, lock, agentFile := backend.Pollable(files[0]), files[1], files[2]
 	b := &bundle{id: id, dir: filepath.Join(be.stateDir, "bundles", id), stateDir: be.stateDir, lock: lock, cg: cgroups.Load(cgroups.Prefix + id)}
 	b.limits.CPUs = info.CPUs
 	if info.CPUs > 0 {
@@ -182,25 +182,6 @@ func (be *Backend) DropUnadopted() {
 			}
 		}
 	}
-}
-
-// pollable is a file of f's pipe that Go's poller reads: one handed over
-// in blocking mode would hold a thread while read, one per sandbox.
-func pollable(f *os.File) *os.File {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return f
-	}
-	dup := -1
-	rc.Control(func(fd uintptr) {
-		unix.SetNonblock(int(fd), true)
-		dup, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	})
-	if dup < 0 {
-		return f
-	}
-	f.Close()
-	return os.NewFile(uintptr(dup), "log")
 }
 
 // validID reports whether id is one newBundle makes: before a path is

@@ -364,7 +364,7 @@ func (b *Backend) adopted(id string, k *kept) (*Sandbox, *os.File, error) {
 	sb.stderr = sb.stdout
 	var netns *os.File
 	if len(k.held) == want {
-		logR := pollable(k.held[0])
+		logR := backend.Pollable(k.held[0])
 		if k.info.NetNS {
 			netns = k.held[1]
 		}
@@ -461,9 +461,9 @@ func (b *Backend) StartKept(cmd *exec.Cmd) (backend.KeptProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	fds := []int{rawFd(out), rawFd(errs)}
+	fds := []int{backend.RawFd(out), backend.RawFd(errs)}
 	for _, f := range cmd.ExtraFiles {
-		fds = append(fds, rawFd(f))
+		fds = append(fds, backend.RawFd(f))
 	}
 	sp, err := spawners.spawner()
 	if err != nil {
@@ -517,35 +517,7 @@ func (p *spawnedInit) hold(tag string, info []byte, files []*os.File) error {
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {
-		fds[i] = rawFd(f)
+		fds[i] = backend.RawFd(f)
 	}
 	return p.sp.send(spawnRequest{Kind: reqHold, ID: p.id, Tag: tag, Info: info}, fds)
-}
-
-// rawFd is f's descriptor, valid while f is open. Unlike f.Fd it leaves
-// f as it is: Fd puts a pipe in blocking mode (its description's, which
-// every copy shares), and a goroutine reading it then holds a thread of
-// its own, one per sandbox.
-func rawFd(f *os.File) int {
-	fd := -1
-	if rc, err := f.SyscallConn(); err == nil {
-		rc.Control(func(u uintptr) { fd = int(u) })
-	}
-	return fd
-}
-
-// pollable is a file of f's pipe that Go's poller reads: one handed over
-// whose description is in blocking mode would hold a thread while read.
-func pollable(f *os.File) *os.File {
-	fd := rawFd(f)
-	if fd < 0 {
-		return f
-	}
-	unix.SetNonblock(fd, true)
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return f
-	}
-	f.Close()
-	return os.NewFile(uintptr(dup), "log")
 }
