@@ -164,18 +164,10 @@ func (m *Manager) adopt(path string, backends map[string]bool) error {
 		inst = netInstance{inst, att}
 	}
 	usage, _ := inst.Usage(ctx)
-	sb := &Sandbox{
-		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
-		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
-		AutoResume: rec.AutoResume, Ingress: rec.Ingress, VolumeMounts: rec.VolumeMounts, pol: rec.Policy, be: be,
-		ended: make(chan struct{}), clock: m.clock, inst: inst, net: att,
-		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, endAt: rec.EndAt, env: rec.Env,
-		atStart: usage, apiMark: cpuMark{usage.CPU, m.clock.Now()}, sampleMark: cpuMark{usage.CPU, m.clock.Now()},
-	}
-	if sb.Metadata == nil {
-		sb.Metadata = map[string]string{}
-	}
-	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)
+	sb := m.fromRecord(&rec, be, inst, att)
+	sb.atStart = usage
+	sb.apiMark = cpuMark{usage.CPU, m.clock.Now()}
+	sb.sampleMark = sb.apiMark
 	state := Running
 	if rec.Paused {
 		state = Paused
@@ -198,13 +190,8 @@ func (m *Manager) adopt(path string, backends map[string]bool) error {
 	}
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
-	// Its time to live runs on from where it was: one that ran out while
-	// no daemon ran ends (or pauses) now. Paused without a longest time to
-	// live, it waits.
-	sb.timer = m.clock.AfterFunc(max(sb.endAt.Sub(m.clock.Now()), 0), func() { m.expire(sb) })
-	if sb.endAt.IsZero() {
-		sb.timer.Stop()
-	}
+	// Its time to live runs on from where it was.
+	m.armRecorded(sb)
 	m.watch(sb, inst)
 	m.log.Info("live sandbox taken back", "sandbox", sb.ID, "state", state.String())
 	return nil

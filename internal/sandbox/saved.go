@@ -196,21 +196,11 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	} else if _, ok := be.(backend.Restorer); !ok {
 		return nil, fmt.Errorf("backend %s restores nothing", rec.Backend)
 	}
-	sb := &Sandbox{
-		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
-		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
-		AutoResume: rec.AutoResume, Ingress: rec.Ingress, VolumeMounts: rec.VolumeMounts, pol: rec.Policy, be: be, ended: make(chan struct{}), clock: m.clock,
-		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, endAt: rec.EndAt,
-		env: rec.Env,
-	}
+	sb := m.fromRecord(&rec, be, nil, nil)
 	state := SavedFiles
 	if rec.Saved != savedFiles {
 		state, sb.savedName = Saved, rec.Saved
 	}
-	if sb.Metadata == nil {
-		sb.Metadata = map[string]string{}
-	}
-	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if err := m.transition(sb, opLoad, state); err != nil {
@@ -219,14 +209,37 @@ func (m *Manager) loadRecord(path string) (*Sandbox, error) {
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
-	// Its timer ends it at endAt; without one (no maxTimeout) it waits,
-	// stopped, for the time to live a resume gives it.
+	m.armRecorded(sb)
+	m.log.Info("saved sandbox found", "sandbox", sb.ID)
+	return sb, nil
+}
+
+// fromRecord is the sandbox rec describes, on be, in inst with network
+// att (nil while it has no box).
+func (m *Manager) fromRecord(rec *savedRecord, be Backend, inst Instance, att NetAttachment) *Sandbox {
+	sb := &Sandbox{
+		ID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID, AccessToken: rec.AccessToken, TrafficToken: rec.TrafficToken,
+		Metadata: rec.Metadata, StartedAt: rec.StartedAt, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
+		AutoResume: rec.AutoResume, Ingress: rec.Ingress, VolumeMounts: rec.VolumeMounts, pol: rec.Policy, be: be,
+		ended: make(chan struct{}), clock: m.clock, inst: inst, net: att,
+		autoPause: rec.AutoPause, autoPauseFiles: rec.AutoPauseFiles, endAt: rec.EndAt, env: rec.Env,
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	sb.transport, sb.ports = agentTransport(sb.instance), portTransport(sb.instance)
+	return sb
+}
+
+// armRecorded sets the timer of sb, registered from its record, to end
+// it at endAt (now, if that has passed while no daemon ran); without an
+// end (paused, no maxTimeout) it waits, stopped, for the time to live a
+// resume gives it.
+func (m *Manager) armRecorded(sb *Sandbox) {
 	sb.timer = m.clock.AfterFunc(max(sb.endAt.Sub(m.clock.Now()), 0), func() { m.expire(sb) })
 	if sb.endAt.IsZero() {
 		sb.timer.Stop()
 	}
-	m.log.Info("saved sandbox found", "sandbox", sb.ID)
-	return sb, nil
 }
 
 // lazyRegexp compiles expr at its first use, not at every start of the
