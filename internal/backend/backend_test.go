@@ -88,3 +88,17 @@ func TestErrorWords(t *testing.T) {
 		t.Error("ErrUnsupported")
 	}
 }
+
+// A box id handed over is checked before a path is made of it: only what
+// NewBoxID makes passes.
+func TestBoxIDs(t *testing.T) {
+	id, err := NewBoxID()
+	if err != nil || !IsBoxID(id) {
+		t.Fatalf("NewBoxID: %q %v, not a box id", id, err)
+	}
+	for _, bad := range []string{"", "../../etc/passwd", "0123456789abcdeF", "0123456789abcde", "0123456789abcdef0", "0123456789abcd/f"} {
+		if IsBoxID(bad) {
+			t.Errorf("%q taken for a box id", bad)
+		}
+	}
+}

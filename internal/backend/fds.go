@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -33,4 +35,36 @@ func Pollable(f *os.File) *os.File {
 	}
 	f.Close()
 	return os.NewFile(uintptr(dup), f.Name())
+}
+
+// NewBoxID is a new box's id on the host: 16 random lower-case hex
+// digits, which name its cgroup (cgroups.Prefix), its records, sockets
+// and bundle in the backend's state directory.
+func NewBoxID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// IsBoxID reports whether id is one NewBoxID makes: what a backend checks
+// of an id handed over (by a keeper) before it makes a path of it.
+func IsBoxID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// CloseAll closes files.
+func CloseAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }

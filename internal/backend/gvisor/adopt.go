@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,7 +81,7 @@ func (s *agentSandbox) Handle() string {
 // keeper kept, its log through the pipe, and netns, its network
 // namespace, if it has one.
 func (be *Backend) Adopt(_ context.Context, handle string) (backend.Instance, *os.File, error) {
-	if be.keeper == nil || !validID(handle) {
+	if be.keeper == nil || !backend.IsBoxID(handle) {
 		return nil, nil, fmt.Errorf("no running sandbox %s was kept", handle)
 	}
 	proc, raw, files := be.keeper.TakeKept(keptTag + handle)
@@ -101,7 +100,7 @@ func (be *Backend) adopted(id string, proc backend.KeptProcess, raw []byte, file
 		want++
 	}
 	if err != nil || len(files) != want {
-		closeAll(files)
+		backend.CloseAll(files)
 		proc.Signal(syscall.SIGKILL)
 		proc.Wait()
 		b := &bundle{id: id, dir: filepath.Join(be.stateDir, "bundles", id), stateDir: be.stateDir, cg: cgroups.Load(cgroups.Prefix + id)}
@@ -167,10 +166,10 @@ func (be *Backend) DropUnadopted() {
 		if proc == nil {
 			continue
 		}
-		if !validID(id) {
+		if !backend.IsBoxID(id) {
 			proc.Signal(syscall.SIGKILL)
 			proc.Wait()
-			closeAll(files)
+			backend.CloseAll(files)
 			continue
 		}
 		be.log.Info("a kept sandbox no one adopted is removed", "sandbox", id)
@@ -181,18 +180,5 @@ func (be *Backend) DropUnadopted() {
 				netns.Close()
 			}
 		}
-	}
-}
-
-// validID reports whether id is one newBundle makes: before a path is
-// made of it.
-func validID(id string) bool {
-	_, err := hex.DecodeString(id)
-	return err == nil && len(id) == 16
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
 	}
 }

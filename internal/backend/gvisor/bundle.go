@@ -2,8 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backend"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
@@ -73,11 +72,11 @@ func (b *bundle) runFlags() []string {
 
 // newBundle makes the directory, lock and cgroup of a new sandbox.
 func (be *Backend) newBundle(p *policy.Policy) (*bundle, error) {
-	var r [8]byte
-	if _, err := rand.Read(r[:]); err != nil {
+	id, err := backend.NewBoxID()
+	if err != nil {
 		return nil, err
 	}
-	return be.openBundle(hex.EncodeToString(r[:]), p)
+	return be.openBundle(id, p)
 }
 
 // openBundle makes, or takes again (a restore), the directory, lock and

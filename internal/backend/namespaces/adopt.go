@@ -2,8 +2,6 @@ package namespaces
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,9 +65,11 @@ func listenKeeper(dir string) (*os.File, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("keeper: %w", err)
 	}
-	var n [8]byte
-	rand.Read(n[:])
-	path := filepath.Join(dir, hex.EncodeToString(n[:])+".sock")
+	name, err := backend.NewBoxID()
+	if err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, name+".sock")
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("keeper socket: %w", err)
@@ -300,7 +300,7 @@ func (b *Backend) takeKept(sp *spawner, r *spawnReport, files []*os.File) string
 		return ""
 	}
 	var info heldInfo
-	if r.Tag == "" || json.Unmarshal(r.Info, &info) != nil || !validID(r.Tag) {
+	if r.Tag == "" || json.Unmarshal(r.Info, &info) != nil || !backend.IsBoxID(r.Tag) {
 		// Forked, never set up (the daemon died in its start): its
 		// cgroup and record are a leftover's (Cleanup).
 		p.Signal(syscall.SIGKILL)
@@ -315,12 +315,6 @@ func (b *Backend) takeKept(sp *spawner, r *spawnReport, files []*os.File) string
 	}
 	b.kept[r.Tag] = &kept{proc: p, info: info, held: files[1:]}
 	return r.Tag
-}
-
-// validID reports whether id is one newID makes.
-func validID(id string) bool {
-	_, err := hex.DecodeString(id)
-	return err == nil && len(id) == 16
 }
 
 // Adopt takes back the sandbox handle (its id) that a keeper holds:

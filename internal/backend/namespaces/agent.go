@@ -50,7 +50,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	id, err := newID()
+	id, err := backend.NewBoxID()
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ package namespaces
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -214,7 +213,7 @@ func (b *Backend) start(ctx context.Context, spec *spec) (*Sandbox, error) {
 	}
 	id := spec.id
 	if id == "" {
-		if id, err = newID(); err != nil {
+		if id, err = backend.NewBoxID(); err != nil {
 			return nil, err
 		}
 	}
@@ -340,16 +339,4 @@ func openMounts(mounts []policy.Mount, users int) ([]*os.File, error) {
 	return files, nil
 }
 
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
-}
-
-func newID() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
+func closeAll(files []*os.File) { backend.CloseAll(files) }
