@@ -13,6 +13,7 @@ package netpolicy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,6 +101,15 @@ type Config struct {
 	// sandbox's lookups under them never leave the host.
 	LocalZones []string
 	Limits     Limits
+	// CA issues the certificates of intercepted HTTPS (request rules);
+	// nil: a host with rules is refused over HTTPS.
+	CA *CA
+	// Roots verify the servers of intercepted HTTPS; nil: the host's
+	// (SSL_CERT_FILE and SSL_CERT_DIR name others).
+	Roots *x509.CertPool
+	// Secrets gives a secret's value by name, for request rules'
+	// placeholders; nil: none can be filled in.
+	Secrets func(name string) (string, error)
 }
 
 // Host makes sandbox networks in the daemon's network namespace.
@@ -108,6 +118,9 @@ type Host struct {
 	upstream []string
 	local    []string // zones no lookup of a sandbox leaves the host for, beyond localZones
 	limits   Limits
+	ca       *CA
+	roots    *x509.CertPool
+	secrets  func(name string) (string, error)
 	log      *slog.Logger
 
 	addrsMu sync.Mutex
@@ -119,7 +132,7 @@ const addrsTTL = 2 * time.Second
 
 // NewHost checks cfg and the host and returns a Host. It needs root.
 func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
-	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, log: log}
+	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, ca: cfg.CA, roots: cfg.Roots, secrets: cfg.Secrets, log: log}
 	if !h.subnet.IsValid() {
 		h.subnet = DefaultSubnet
 	}

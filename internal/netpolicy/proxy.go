@@ -189,7 +189,8 @@ func (p *proxy) handle(r *relay) {
 	}
 	r.dst = dst
 	pol := p.a.policy()
-	names := hasNameRules(pol)
+	// Name rules, and request rules, need the name each connection is for.
+	names := hasNameRules(pol) || len(pol.Rules) > 0
 	// What no name could open is decided at once: a name opens an
 	// address only where the resolver pinned it, and never a reserved one.
 	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), ""); !v.allow && (p.a.filter.special(dst.Addr()) || !p.a.filter.pins.hasAddr(dst.Addr())) {
@@ -199,7 +200,7 @@ func (p *proxy) handle(r *relay) {
 	// Plain HTTP under name rules is judged request by request: the
 	// Host of every request on the connection, not only the first.
 	if dst.Port() == httpPort && names {
-		p.serveHTTP(r)
+		p.serveHTTP(r, p.limited(r.in), false)
 		return
 	}
 	var head []byte
@@ -217,6 +218,10 @@ func (p *proxy) handle(r *relay) {
 	}
 	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), r.name); !v.allow {
 		p.refuse(r.in, dst, r.name, v.reason)
+		return
+	}
+	if dst.Port() == httpsPort && r.name != "" && pol.TransformsFor(r.name) != nil {
+		p.intercept(r, head)
 		return
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
@@ -252,15 +257,21 @@ func (p *proxy) handle(r *relay) {
 	<-done
 }
 
-// serveHTTP relays a plain HTTP connection request by request, each
-// request's Host checked against the policy and the resolver's pins; a
-// refused request is answered 403 and the connection closed.
-func (p *proxy) serveHTTP(r *relay) {
+// serveHTTP relays an HTTP connection request by request, each
+// request's Host checked against the policy and the resolver's pins and
+// changed by the rules for it (intercept.go); a refused request is
+// answered 403 and the connection closed. in is the sandbox's side: the
+// plain connection, or for an intercepted one (secure) the TLS server
+// over it, whose requests must all be for r.name and go on over TLS.
+func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 	r.http = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 			defer cancel()
 			return p.dialer.DialContext(ctx, "tcp4", r.dst.String())
+		},
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return p.upstreamTLS(ctx, r)
 		},
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     halfClosedIdle,
@@ -269,10 +280,14 @@ func (p *proxy) serveHTTP(r *relay) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", r.dst.String()
+			if secure {
+				pr.Out.URL.Scheme = "https"
+			}
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:     r.http,
-		FlushInterval: -1,
+		Transport:      r.http,
+		FlushInterval:  -1,
+		ModifyResponse: maskResponse,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			http.Error(w, "the server did not answer", http.StatusBadGateway)
 		},
@@ -290,8 +305,22 @@ func (p *proxy) serveHTTP(r *relay) {
 		name = strings.ToLower(strings.TrimSuffix(name, "."))
 		pol := p.a.policy()
 		v := p.a.filter.check(pol, r.dst.Addr(), r.dst.Port(), name)
-		if v.allow && name == "" && hasDenyNames(pol) {
+		ctx := p.ctx // the proxy's close ends the request
+		switch ts := pol.TransformsFor(name); {
+		case v.allow && name == "" && hasDenyNames(pol):
 			v = verdict{false, "no Host, and denyOut names some"}
+		case secure && name != r.name:
+			// The rules, and the certificate, are r.name's.
+			v = verdict{false, "a request for another host than the connection's"}
+		case v.allow && ts != nil && !secure && !p.a.filter.pins.has(name, r.dst.Addr()):
+			v = verdict{false, "a host with rules, at an address its name did not resolve to here"}
+		case v.allow && ts != nil:
+			filled, err := p.transform(req, ts)
+			if err != nil {
+				v = verdict{false, err.Error()}
+			} else if len(filled) > 0 {
+				ctx = context.WithValue(ctx, maskedKey{}, filled)
+			}
 		}
 		p.mu.Lock()
 		if v.allow && !p.closed {
@@ -305,9 +334,9 @@ func (p *proxy) serveHTTP(r *relay) {
 			http.Error(w, "refused by the sandbox's network policy: "+v.reason, http.StatusForbidden)
 			return
 		}
-		rp.ServeHTTP(w, req.WithContext(p.ctx))
+		rp.ServeHTTP(w, req.WithContext(ctx))
 	})
-	ln := &oneConnListener{c: p.limited(r.in), done: make(chan struct{})}
+	ln := &oneConnListener{c: in, done: make(chan struct{})}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: sniffTimeout, IdleTimeout: halfClosedIdle,
 		MaxHeaderBytes: maxSniff, ErrorLog: log.New(io.Discard, "", 0),
 		ConnState: func(_ net.Conn, s http.ConnState) {

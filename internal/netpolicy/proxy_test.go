@@ -83,7 +83,7 @@ func TestServeHTTPChecksEveryRequest(t *testing.T) {
 		defer close(served)
 		defer p.wg.Done()
 		defer p.untrack(r)
-		p.serveHTTP(r)
+		p.serveHTTP(r, in, false)
 	}()
 	br := bufio.NewReader(client)
 	get := func(host, path string) (*http.Response, string) {
@@ -122,7 +122,7 @@ func TestServeHTTPChecksEveryRequest(t *testing.T) {
 		defer close(served)
 		defer p.wg.Done()
 		defer p.untrack(r)
-		p.serveHTTP(r)
+		p.serveHTTP(r, in, false)
 	}()
 	br = bufio.NewReader(client)
 	if resp, body := get("evil.test", "/"); resp.StatusCode != http.StatusForbidden || !resp.Close ||

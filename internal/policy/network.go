@@ -31,6 +31,11 @@ type Network struct {
 	// AllowOut wins over DenyOut, as in E2B.
 	AllowOut []Rule
 	DenyOut  []Rule
+	// Rules transform the requests sent to the hosts they name (E2B's
+	// network.rules): keys an exact name or "*." and a name, lower case
+	// (ParseTransforms). They grant no egress: AllowOut or the mode must
+	// let the host be reached.
+	Rules map[string][]Transform `json:",omitempty"`
 }
 
 // Rule is a destination: an address prefix, or a DNS name. A name that
@@ -196,6 +201,12 @@ func (n *Network) Validate() error {
 		if (r.Name == "") == !r.Prefix.IsValid() {
 			return errors.New("a network rule is either a prefix or a name")
 		}
+	}
+	if n.Mode == NetNone && len(n.Rules) > 0 {
+		return errors.New("request rules need a network: this sandbox has loopback only")
+	}
+	if _, err := ParseTransforms(n.Rules); err != nil {
+		return err
 	}
 	return nil
 }
