@@ -42,7 +42,9 @@ var allowed = map[string][]string{
 	// Timeouts and a bound on connections of the daemons' servers.
 	"internal/httpserve": {},
 
-	"internal/policy":     {},
+	"internal/policy": {},
+	// Secrets for egress rules, encrypted at rest.
+	"internal/secret":     {"internal/policy"},
 	"internal/agentproto": {},
 	"internal/cgroups":    {},
 	"internal/layout":     {"internal/policy"},

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // Transform is what the egress proxy does to a request the sandbox sends
@@ -81,13 +79,13 @@ func (t Transform) check() error {
 	size := 0
 	for name, value := range t.Headers {
 		size += len(name) + len(value)
-		if !httpguts.ValidHeaderFieldName(name) {
+		if !validHeaderName(name) {
 			return fmt.Errorf("header %q is not a valid header name", name)
 		}
 		if slices.Contains(headersNotSet, http.CanonicalHeaderKey(name)) {
 			return fmt.Errorf("header %q frames the request or the connection: a rule cannot set it", name)
 		}
-		if !httpguts.ValidHeaderFieldValue(value) {
+		if !ValidHeaderValue(value) {
 			return fmt.Errorf("header %q: its value holds a character a header cannot carry", name)
 		}
 		if strings.Contains(value, identityPrefix) {
@@ -163,4 +161,28 @@ func (n *Network) TransformsFor(host string) []Transform {
 		return nil
 	}
 	return n.Rules[best]
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110 5.1).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidHeaderValue reports whether v may be an HTTP header's value: no
+// control character but the tab (RFC 9110 5.5).
+func ValidHeaderValue(v string) bool {
+	for _, c := range []byte(v) {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
