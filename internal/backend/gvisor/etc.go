@@ -44,9 +44,11 @@ type etcEntry struct {
 // slow on these VMs (a walk that stats all ~800 entries costs 5 ms), so
 // the fingerprint skips the links, most of them: a link cannot change in
 // place, only be replaced, which changes its directory's mtime.
-func etcDir(stateDir string, networked bool) (string, error) {
+func etcDir(stateDir string, networked bool, trust []byte) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "airlock etc copy %d\n", etcCopyVersion)
+	fmt.Fprintf(h, "trust %d\n", len(trust))
+	h.Write(trust)
 	generated := layout.GeneratedEtc(networked)
 	for _, name := range slices.Sorted(maps.Keys(generated)) {
 		fmt.Fprintf(h, "generated %s %d\n", name, len(generated[name]))
@@ -93,7 +95,7 @@ func etcDir(stateDir string, networked bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := buildEtc(tmp, generated, entries); err != nil {
+	if err := buildEtc(tmp, generated, entries, trust); err != nil {
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("sandbox /etc: %w", err)
 	}
@@ -119,7 +121,7 @@ func sandboxVisible(fi fs.FileInfo) bool {
 	return false
 }
 
-func buildEtc(dir string, generated map[string][]byte, entries []etcEntry) error {
+func buildEtc(dir string, generated map[string][]byte, entries []etcEntry, trust []byte) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
@@ -151,6 +153,26 @@ func buildEtc(dir string, generated map[string][]byte, entries []etcEntry) error
 		if err := os.Chmod(dst, 0o644); err != nil { // past the umask
 			return err
 		}
+	}
+	if trust != nil {
+		// The egress CA beside the host's roots, in the copy of its store
+		// (a regular file, copied, never a link: Lstat), or alone.
+		store := filepath.Join(dir, strings.TrimPrefix(layout.CABundle, "/etc/"))
+		if fi, err := os.Lstat(store); err == nil && !fi.Mode().IsRegular() {
+			return nil
+		}
+		if err := os.MkdirAll(filepath.Dir(store), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(store, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(append([]byte("\n"), trust...))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	}
 	return nil
 }

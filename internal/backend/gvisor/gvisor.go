@@ -30,6 +30,11 @@ type Backend struct {
 	// if keepAlive, starts runsc for this one's): adopt.go.
 	keeper    backend.Keeper
 	keepAlive bool
+
+	// trust is the egress CA that sandboxes with a network trust
+	// (TrustCA): in the copy of the host's /etc (etc.go), or added to an
+	// image's store (image.go).
+	trust []byte
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -42,6 +47,21 @@ const DefaultStateDir = "/run/airlock-gvisor"
 // in stateDir; agents' logs go to log.
 func New(runsc, stateDir string, log *slog.Logger) *Backend {
 	return &Backend{runsc: runsc, stateDir: stateDir, log: log}
+}
+
+// TrustCA has every sandbox with a network trust the CA of pem from now
+// on, beside the roots of its system's store (layout.CABundle).
+func (b *Backend) TrustCA(pem []byte) error {
+	b.trust = pem
+	return nil
+}
+
+// trustOf is what a sandbox (networked or not) trusts beyond its roots.
+func (b *Backend) trustOf(networked bool) []byte {
+	if !networked {
+		return nil
+	}
+	return b.trust
 }
 
 // Name is "gvisor".

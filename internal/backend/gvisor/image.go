@@ -35,7 +35,7 @@ import (
 
 // imageRoot mounts the image root of p at the bundle's rootfs and returns
 // the mounts for the generated /etc files.
-func (b *bundle) imageRoot(p *policy.Policy, networked bool, extra []specs.Mount) ([]specs.Mount, error) {
+func (b *bundle) imageRoot(p *policy.Policy, networked bool, trust []byte, extra []specs.Mount) ([]specs.Mount, error) {
 	top := filepath.Join(b.dir, "top")
 	rootfs := filepath.Join(b.dir, "rootfs")
 	for _, d := range []string{rootfs, filepath.Join(top, "etc"), filepath.Join(top, "proc"), filepath.Join(top, "dev"),
@@ -91,6 +91,19 @@ func (b *bundle) imageRoot(p *policy.Policy, networked bool, extra []specs.Mount
 	}
 	passwd, perr := readImageFile(rootfs, "etc/passwd")
 	group, gerr := readImageFile(rootfs, "etc/group")
+	// The egress CA beside the image's roots. A store that is not a
+	// file (or too large to read) is left as it is: the sandbox's
+	// verifications of intercepted hosts fail, nothing else.
+	var certs []byte
+	var cerr error
+	if trust != nil {
+		if certs, cerr = readImageFile(rootfs, layout.CABundle[1:]); cerr == nil && !bytes.Contains(certs, trust) {
+			if len(certs) > 0 && certs[len(certs)-1] != '\n' {
+				certs = append(certs, '\n')
+			}
+			certs = append(certs, trust...)
+		}
+	}
 	// Detached, not unmounted: a copy of the host's mounts that another
 	// sandbox's runsc made meanwhile (its own mount namespace) can keep
 	// this one busy, and a plain unmount then fails with EBUSY now and
@@ -109,6 +122,11 @@ func (b *bundle) imageRoot(p *policy.Policy, networked bool, extra []specs.Mount
 	if err := b.etcFile(gen, top, "group", group, &mounts); err != nil {
 		return nil, err
 	}
+	if trust != nil && cerr == nil {
+		if err := b.etcFile(gen, top, strings.TrimPrefix(layout.CABundle, "/etc/"), certs, &mounts); err != nil {
+			return nil, err
+		}
+	}
 	if err := mountOverlay(rootfs, lowers); err != nil {
 		return nil, err
 	}
@@ -118,6 +136,11 @@ func (b *bundle) imageRoot(p *policy.Policy, networked bool, extra []specs.Mount
 // etcFile writes a generated /etc file, its mount point in top, and its
 // read-only bind mount.
 func (b *bundle) etcFile(gen, top, name string, data []byte, mounts *[]specs.Mount) error {
+	for _, d := range []string{gen, filepath.Join(top, "etc")} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(gen, name), data, 0o644); err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 			}
 		}
 	}
-	etc, err := etcDir(be.stateDir, spec.NetNS != nil)
+	etc, err := etcDir(be.stateDir, spec.NetNS != nil, be.trustOf(spec.NetNS != nil))
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs
 		return err
 	}
 	mounts = append(append(append(mounts, user...), code...), extra...)
-	etc, err := b.imageRoot(p, spec.NetNS != nil, mounts[1+len(scratch):])
+	etc, err := b.imageRoot(p, spec.NetNS != nil, be.trustOf(spec.NetNS != nil), mounts[1+len(scratch):])
 	if err != nil {
 		return err
 	}

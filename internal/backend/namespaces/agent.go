@@ -83,6 +83,7 @@ func (b *Backend) Start(ctx context.Context, p policy.Policy, netns *os.File) (b
 		},
 		extraFiles: []*os.File{lf},
 		selfMounts: selfMounts(p),
+		trust:      b.trustOf(netns),
 		id:         id,
 		live:       true,
 		oneLog:     true,

@@ -196,6 +196,15 @@ func initConfig(spec *spec, bin *sandboxbin.Binary) nsinit.Config {
 	for _, target := range spec.selfMounts {
 		mounts = append(slices.Clip(mounts), policy.Mount{Source: bin.Path, Target: target, ReadOnly: true})
 	}
+	// The CA goes into the image's own store; the host's root gets the
+	// host's store with it, mounted over the host's (last: TrustMount).
+	var trustPEM []byte
+	trustMount := spec.trust.pem != nil && len(p.RootLayers) == 0
+	if trustMount {
+		mounts = append(slices.Clip(mounts), policy.Mount{Source: spec.trust.bundle, Target: layout.CABundle, ReadOnly: true})
+	} else {
+		trustPEM = spec.trust.pem
+	}
 	return nsinit.Config{
 		Argv:           spec.Argv,
 		Env:            layout.Env(p),
@@ -212,6 +221,8 @@ func initConfig(spec *spec, bin *sandboxbin.Binary) nsinit.Config {
 		Layers:         len(p.RootLayers),
 		Root:           p.Root,
 		ExportRoot:     p.ExportRoot,
+		TrustMount:     trustMount,
+		TrustPEM:       trustPEM,
 	}
 }
 

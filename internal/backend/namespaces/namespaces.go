@@ -31,6 +31,9 @@ type Backend struct {
 	log      *slog.Logger
 	runs     *rangelock.Locks // <state dir>/runs.lock (state.go)
 
+	// trust is the egress CA that sandboxes with a network trust (TrustCA).
+	trust trust
+
 	mu     sync.Mutex
 	kept   map[string]*kept // by sandbox id, until adopted (adopt.go)
 	others map[string]*kept // other backends', by tag (backend.Keeper)
@@ -66,6 +69,9 @@ type spec struct {
 	// oneLog: Stdout and Stderr are one log, fed through one pipe, which
 	// saves the daemon a descriptor for each sandbox it holds.
 	oneLog bool
+	// trust: the CA the sandbox's store of certificates holds (networked
+	// sandboxes of a backend that has one).
+	trust trust
 }
 
 // Each sandbox gets its own range of host ids: its root maps to the start

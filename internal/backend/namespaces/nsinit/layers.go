@@ -3,6 +3,7 @@ package nsinit
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,6 +137,42 @@ func (r *rootBuilder) appendMissing(rel, prefix, line string) {
 		data = append(data, '\n')
 	}
 	r.write(rel, append(data, line...), 0o644)
+}
+
+// appendOnce adds block to the image's file rel unless it holds it
+// already (a root made from a snapshot of a sandbox that had it), making
+// the file where there is none. It runs inside the image's root, where
+// following its links reaches nothing of the host; a link to anything but
+// a regular file (a FIFO, a device) is left alone: a store the sandbox
+// broke only fails the sandbox's own verifications.
+func (r *rootBuilder) appendOnce(rel string, block []byte) {
+	if r.err != nil {
+		return
+	}
+	f, err := os.OpenFile(r.path(rel), os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if os.IsNotExist(err) {
+		if err := os.MkdirAll(filepath.Dir(r.path(rel)), 0o755); err != nil {
+			return
+		}
+		r.write(rel, block, 0o644)
+		return
+	}
+	if err != nil {
+		return
+	}
+	fi, err := f.Stat()
+	var data []byte
+	if err == nil && fi.Mode().IsRegular() && fi.Size() < 16<<20 {
+		data, err = io.ReadAll(f)
+	}
+	f.Close()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() >= 16<<20 || bytes.Contains(data, block) {
+		return
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		data = append(data, '\n')
+	}
+	r.write(rel, append(data, block...), 0o644)
 }
 
 // sendUpper sends the host, on the layers' socket, a descriptor of the

@@ -71,6 +71,11 @@ type Config struct {
 	// and configured (package netpolicy), loopback included, and owns
 	// none of it; otherwise its namespace is new and has only loopback.
 	Networked bool
+	// TrustMount: the last of Mounts is the host's store of certificates
+	// with the egress CA, mounted over the host's (layout.CABundle) in a
+	// root that shares it. TrustPEM: the CA, added to an image's store.
+	TrustMount bool
+	TrustPEM   []byte
 	// CgroupFiles is how many cgroup v1 "tasks" files the host opened
 	// for init, and CommandFiles how many files it hands the command:
 	// with Mounts and Layers they make the layout of init's descriptors

@@ -64,6 +64,10 @@ func buildRoot(dir string, c *Config, mounts []int, layers []int, layerSock int)
 	r.mkdir(layout.Home[1:], 0o700)
 	r.chown(layout.Home[1:], layout.UID, layout.GID)
 	for i, m := range c.Mounts {
+		if c.TrustMount && i == len(c.Mounts)-1 {
+			r.attachOver(mounts[i], strings.TrimPrefix(m.Target, "/"))
+			continue
+		}
 		r.attach(mounts[i], strings.TrimPrefix(m.Target, "/"))
 	}
 	r.mkdir(layout.CodeDir[1:], 0o755)
@@ -122,6 +126,9 @@ func buildImageRoot(dir string, c *Config, mounts []int, layers []int, layerSock
 	r.buildDev(devs)
 	clear(devs) // attached, and closed, by buildDev
 	r.imageEtc(c.Networked)
+	if c.TrustPEM != nil {
+		r.appendOnce(layout.CABundle[1:], c.TrustPEM)
+	}
 	r.mkdir("tmp", 0o1777)
 	r.mkdir(layout.Home[1:], 0o700)
 	r.chown(layout.Home[1:], layout.UID, layout.GID)
@@ -351,6 +358,23 @@ func (r *rootBuilder) bind(src, rel string, readOnly bool) {
 
 // attach moves the detached mount tree fd to rel, creating rel as a
 // directory or a file to match, and closes fd.
+// attachOver mounts the tree fd over the file rel of a root built of the
+// host's entries, which is never changed: where there is none, fd is
+// closed and nothing mounted.
+func (r *rootBuilder) attachOver(fd int, rel string) {
+	defer unix.Close(fd)
+	if r.err != nil {
+		return
+	}
+	fi, err := os.Lstat(r.path(rel))
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, r.path(rel), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		r.fail("mount %s: %w", rel, err)
+	}
+}
+
 func (r *rootBuilder) attach(fd int, rel string) {
 	defer unix.Close(fd)
 	if r.err != nil {
