@@ -29,6 +29,9 @@ type backends struct {
 	// and whose dead sandboxes' cgroups are the daemon's to sweep.
 	host bool
 	m    map[string]sandbox.Backend // made so far
+	// trust is the egress CA the host's backends' networked sandboxes
+	// trust (egress.go), set before the first is made.
+	trust []byte
 }
 
 func newBackends(stateDir, runsc string, given map[string]sandbox.Backend, log *slog.Logger) *backends {
@@ -67,8 +70,30 @@ func (bs *backends) get(name string) (sandbox.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := bs.trustIn(b); err != nil {
+		return nil, err
+	}
 	bs.m[name] = b
 	return b, nil
+}
+
+// trustCA has the networked sandboxes of every host backend, made or
+// yet to be, trust the egress CA of pem.
+func (bs *backends) trustCA(pem []byte) error {
+	bs.trust = pem
+	for _, b := range bs.m {
+		if err := bs.trustIn(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (bs *backends) trustIn(b sandbox.Backend) error {
+	if t, ok := b.(interface{ TrustCA([]byte) error }); ok && bs.host && bs.trust != nil {
+		return t.TrustCA(bs.trust)
+	}
+	return nil
 }
 
 // keep has the namespaces backend take back what the sandboxes an

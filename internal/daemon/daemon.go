@@ -66,6 +66,7 @@ type Daemon struct {
 	cfg       config.Config
 	log       *slog.Logger
 	backends  *backends
+	egress    *egress
 	isolation sandbox.Backend // the server's backend
 	mcfg      sandbox.Config
 	// builds are the settings of template builds; buildPolicy the policy
@@ -174,6 +175,18 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err := openStateDir(ctx, cfg.StateDir, d.backends, d.log); err != nil {
 		return err
 	}
+	// The egress CA, which networked sandboxes trust, and the secrets
+	// that request rules fill in: before any sandbox starts or is taken
+	// back.
+	eg, err := openEgress(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	d.egress = eg
+	if err := d.backends.trustCA(eg.ca.PEM()); err != nil {
+		return err
+	}
+	d.network.useEgress(eg)
 	// Every template of the image store (airlock template) is one of the
 	// server's too, with base's limits.
 	images, err := image.Open(filepath.Join(cfg.StateDir, "images"), image.DefaultLimits)
@@ -268,6 +281,7 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 	}
 	api.HandleTemplates(&httpapi.Templates{Builds: d.service, Store: images, Files: files})
 	api.HandleVolumes(d.volumes, d.mcfg.TokenKey)
+	api.HandleSecrets(d.egress.secrets)
 	// MCP's streamable HTTP transport: a session's sandbox lives as long
 	// as the session, which ends when the client closes it or goes idle.
 	mcpServer := mcp.New(d.manager, time.Duration(cfg.DefaultTimeout), d.log)

@@ -68,6 +68,14 @@ func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
 	return &hostNetwork{h: h}, nil
 }
 
+// useEgress has the proxy intercept HTTPS for request rules with eg's CA
+// and fill in eg's secrets.
+func (n *hostNetwork) useEgress(eg *egress) {
+	if n != nil && n.h != nil {
+		n.h.UseEgress(eg.ca, eg.value)
+	}
+}
+
 // cleanup removes what a dead daemon's sandboxes left of their networks,
 // once the manager has taken back those still running (live restore).
 func (n *hostNetwork) cleanup(log *slog.Logger) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/volume"
 )
 
@@ -42,6 +43,8 @@ type Server struct {
 	// derived from volumeKey; nil: none.
 	volumes   *volume.Store
 	volumeKey []byte
+	// secrets are the server's secrets (HandleSecrets); nil: none.
+	secrets *secret.Store
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/backend/fake"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/secret"
 )
 
 const key = "e2b_test_key"
@@ -234,6 +236,14 @@ func TestAuth(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	a := newAPI(t, sandbox.Config{MaxTTL: time.Hour})
+	secrets, err := secret.Open(filepath.Join(t.TempDir(), "secrets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.s.HandleSecrets(secrets)
+	if _, err := secrets.Create("taken", "v", nil); err != nil {
+		t.Fatal(err)
+	}
 	c := a.create(nil)
 	id := c.SandboxID
 	for _, tc := range []struct {
@@ -260,7 +270,21 @@ func TestBadInput(t *testing.T) {
 		{"volume mount twice", "POST", "/v2/sandboxes", `{"volumeMounts":[{"name":"v","path":"/a"},{"name":"v","path":"/a"}]}`, 400, "path '/a' is already used"},
 		{"mcp", "POST", "/v2/sandboxes", `{"mcp":{"github":{}}}`, 400, "mcp"},
 		{"a field of no E2B version", "POST", "/v2/sandboxes", `{"someFutureField":{"x":1}}`, 400, "someFutureField"},
-		{"network rules", "POST", "/v2/sandboxes", `{"network":{"rules":{"api.example.com":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules"},
+		{"network rules without a network", "POST", "/v2/sandboxes", `{"network":{"rules":{"api.example.com":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules need a network"},
+		{"a network rule's unknown field", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{}},"body":"x"}]}}}`, 400, `unknown field "body"`},
+		{"a network rule's unknown secret", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"Authorization":"Bearer ${e2b.secrets.nope}"}}}]}}}`, 400, `no secret named "nope"`},
+		{"a network rule's identity token", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"Authorization":"${e2b.identity.tokens.aws}"}}}]}}}`, 400, "iam"},
+		{"a network rule's bare wildcard", "POST", "/v2/sandboxes", `{"network":{"rules":{"*":[{}]}}}`, 400, "rules: host"},
+		{"a network rule setting Host", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"Host":"b.com"}}}]}}}`, 400, "Host"},
+		{"iam", "POST", "/v2/sandboxes", `{"iam":{"tokens":{"aws":{"audience":"x","tokenType":"JWT-SVID"}}}}`, 400, "iam"},
+		{"secret without a value", "POST", "/secrets", `{"name":"a"}`, 400, "value"},
+		{"secret of a reserved name", "POST", "/secrets", `{"name":"sec_x","value":"v"}`, 400, "sec_"},
+		{"secret with a line break", "POST", "/secrets", `{"name":"b","value":"v\r\nX: y"}`, 400, "control character"},
+		{"secret's unknown field", "POST", "/secrets", `{"name":"b","value":"v","ttl":5}`, 400, "ttl"},
+		{"secret of that name", "POST", "/secrets", `{"name":"Taken","value":"v"}`, 409, "taken"},
+		{"secret update of none", "POST", "/secrets/nope", `{"value":"v"}`, 404, "not found"},
+		{"secret list limit", "GET", "/secrets?limit=0", nil, 400, "limit"},
+		{"secret list token", "GET", "/secrets?nextToken=garbage", nil, 400, "token"},
 		{"network egressProxy", "POST", "/v2/sandboxes", `{"network":{"egressProxy":{"address":"p:1080"}}}`, 400, "network.egressProxy"},
 		{"network not an object", "POST", "/v2/sandboxes", `{"network":[1]}`, 400, "network"},
 		{"an IPv6 allowOut", "POST", "/v2/sandboxes", `{"network":{"allowOut":["::/0"]}}`, 400, "IPv6"},
@@ -268,7 +292,8 @@ func TestBadInput(t *testing.T) {
 		{"httpsPorts out of range", "POST", "/v2/sandboxes", `{"network":{"httpsPorts":[70000]}}`, 400, "httpsPorts"},
 		{"httpsPorts of the agent", "POST", "/v2/sandboxes", `{"network":{"httpsPorts":[49983]}}`, 400, "httpsPorts"},
 		{"network update of a sandbox without one", "PUT", "/sandboxes/" + id + "/network", `{"allow_internet_access":true}`, 409, "no network interface"},
-		{"network update with rules", "PUT", "/sandboxes/" + id + "/network", `{"rules":{"a.com":[{}]}}`, 400, "rules"},
+		{"network update with bad rules", "PUT", "/sandboxes/" + id + "/network", `{"rules":{"a b":[{}]}}`, 400, "rules"},
+		{"network update with egressProxy", "PUT", "/sandboxes/" + id + "/network", `{"egressProxy":{"address":"p:1080"}}`, 400, "egressProxy"},
 		{"network update of no sandbox", "PUT", "/sandboxes/nope/network", `{}`, 404, "not found"},
 		{"autoPauseMemory false with autoResume", "POST", "/v2/sandboxes", `{"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400, "autoResume"},
 		{"env var with =", "POST", "/v2/sandboxes", `{"envVars":{"A=B":"1"}}`, 400, "A=B"},

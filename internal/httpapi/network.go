@@ -52,17 +52,39 @@ func isEmptyJSON(v json.RawMessage) bool {
 
 // networkBody is E2B's SandboxNetworkConfig, as far as it is implemented.
 type networkBody struct {
-	AllowOut           *[]string `json:"allowOut"`
-	DenyOut            *[]string `json:"denyOut"`
-	AllowPublicTraffic *bool     `json:"allowPublicTraffic"`
-	MaskRequestHost    *string   `json:"maskRequestHost"`
-	HTTPSPorts         []int     `json:"httpsPorts"`
+	AllowOut           *[]string       `json:"allowOut"`
+	DenyOut            *[]string       `json:"denyOut"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
+	HTTPSPorts         []int           `json:"httpsPorts"`
+	Rules              json.RawMessage `json:"rules"`
 }
 
 // The fields of E2B's network object that Airlock implements: egress
-// rules and ingress options. rules (header transforms) and egressProxy
-// are refused by refuseUnknown.
-var networkFields = []string{"allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "httpsPorts"}
+// rules, request rules and ingress options. egressProxy is refused by
+// refuseUnknown.
+var networkFields = []string{"allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "httpsPorts", "rules"}
+
+// ruleJSON is E2B's SandboxNetworkRule.
+type ruleJSON struct {
+	Transform *policy.Transform `json:"transform"`
+}
+
+// requestRules reads E2B's network.rules, strictly (a field of a rule
+// this server does not implement is refused), and checks the secrets
+// they name.
+func (s *Server) requestRules(raw json.RawMessage) (map[string][]policy.Transform, error) {
+	if isEmptyJSON(raw) || len(raw) == 0 {
+		return nil, nil
+	}
+	var rules map[string][]ruleJSON
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rules); err != nil {
+		return nil, fmt.Errorf("network.rules: %v", err)
+	}
+	return s.checkRules(rules)
+}
 
 // NetDefault is what the E2B API gives a sandbox that says nothing of its
 // network, set by the daemon from its configuration (network.default).
@@ -152,11 +174,12 @@ func (b *networkBody) ingress() (sandbox.Ingress, error) {
 
 // networkInfo is the network object of getInfo.
 type networkInfo struct {
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
-	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
-	HTTPSPorts         []int    `json:"httpsPorts,omitempty"`
+	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
+	AllowOut           []string              `json:"allowOut,omitempty"`
+	DenyOut            []string              `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool                  `json:"allowPublicTraffic"`
+	MaskRequestHost    string                `json:"maskRequestHost,omitempty"`
+	HTTPSPorts         []int                 `json:"httpsPorts,omitempty"`
 }
 
 func networkOf(sb *sandbox.Sandbox) (internet bool, info networkInfo) {
@@ -164,6 +187,14 @@ func networkOf(sb *sandbox.Sandbox) (internet bool, info networkInfo) {
 	info = networkInfo{
 		AllowOut: policy.Strings(n.AllowOut), DenyOut: policy.Strings(n.DenyOut),
 		AllowPublicTraffic: sb.Ingress.Public, MaskRequestHost: sb.Ingress.MaskHost, HTTPSPorts: sb.Ingress.HTTPSPorts,
+	}
+	if len(n.Rules) > 0 {
+		info.Rules = map[string][]ruleJSON{}
+		for host, ts := range n.Rules {
+			for _, t := range ts {
+				info.Rules[host] = append(info.Rules[host], ruleJSON{Transform: &t})
+			}
+		}
 	}
 	return n.Mode == policy.NetInternet, info
 }
@@ -175,14 +206,15 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := refuseUnknown(raw, []string{"allow_internet_access", "allowOut", "denyOut"}, ""); err != nil {
+	if err := refuseUnknown(raw, []string{"allow_internet_access", "allowOut", "denyOut", "rules"}, ""); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	var b struct {
-		AllowInternetAccess *bool     `json:"allow_internet_access"`
-		AllowOut            *[]string `json:"allowOut"`
-		DenyOut             *[]string `json:"denyOut"`
+		AllowInternetAccess *bool           `json:"allow_internet_access"`
+		AllowOut            *[]string       `json:"allowOut"`
+		DenyOut             *[]string       `json:"denyOut"`
+		Rules               json.RawMessage `json:"rules"`
 	}
 	if err := json.Unmarshal(raw, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
@@ -190,6 +222,10 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := egress(s.netDefault, false, b.AllowInternetAccess, b.AllowOut, b.DenyOut)
 	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if n.Rules, err = s.requestRules(b.Rules); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -118,6 +119,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
+	}
+	if nb != nil {
+		if netPol.Rules, err = s.requestRules(nb.Rules); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if len(netPol.Rules) > 0 && netPol.Mode == policy.NetNone {
+			writeError(w, http.StatusBadRequest, "network.rules need a network: this sandbox would have loopback only")
+			return
+		}
 	}
 	ingress, err := nb.ingress()
 	if err != nil {

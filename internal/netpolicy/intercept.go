@@ -146,11 +146,12 @@ type masker struct {
 	secrets [][]byte
 	keep    int
 	buf     []byte // read and masked, not yet given out
+	chunk   []byte
 	err     error
 }
 
 func newMasker(src io.ReadCloser, secrets [][]byte) *masker {
-	m := &masker{src: src, secrets: secrets}
+	m := &masker{src: src, secrets: secrets, chunk: make([]byte, 32<<10)}
 	for _, s := range secrets {
 		m.keep = max(m.keep, len(s)-1)
 	}
@@ -165,19 +166,19 @@ func (m *masker) Read(p []byte) (int, error) {
 		}
 		if ready > 0 {
 			n := copy(p, m.buf[:ready])
-			m.buf = m.buf[n:]
+			m.buf = append(m.buf[:0], m.buf[n:]...)
 			return n, nil
 		}
 		if m.err != nil {
 			return 0, m.err
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := m.src.Read(chunk)
-		m.buf = append(m.buf, chunk[:n]...)
+		n, err := m.src.Read(m.chunk)
+		// What is held back was searched already, but a secret may start
+		// in it and end in what came.
+		from := max(0, len(m.buf)-m.keep)
+		m.buf = append(m.buf, m.chunk[:n]...)
 		m.err = err
-		// Every occurrence that could be whole is: the held-back tail is
-		// shorter than a secret.
-		mask(m.buf, m.secrets)
+		mask(m.buf[from:], m.secrets)
 	}
 }
 

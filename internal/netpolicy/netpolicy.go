@@ -101,15 +101,9 @@ type Config struct {
 	// sandbox's lookups under them never leave the host.
 	LocalZones []string
 	Limits     Limits
-	// CA issues the certificates of intercepted HTTPS (request rules);
-	// nil: a host with rules is refused over HTTPS.
-	CA *CA
 	// Roots verify the servers of intercepted HTTPS; nil: the host's
 	// (SSL_CERT_FILE and SSL_CERT_DIR name others).
 	Roots *x509.CertPool
-	// Secrets gives a secret's value by name, for request rules'
-	// placeholders; nil: none can be filled in.
-	Secrets func(name string) (string, error)
 }
 
 // Host makes sandbox networks in the daemon's network namespace.
@@ -132,7 +126,7 @@ const addrsTTL = 2 * time.Second
 
 // NewHost checks cfg and the host and returns a Host. It needs root.
 func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
-	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, ca: cfg.CA, roots: cfg.Roots, secrets: cfg.Secrets, log: log}
+	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, roots: cfg.Roots, log: log}
 	if !h.subnet.IsValid() {
 		h.subnet = DefaultSubnet
 	}
@@ -181,6 +175,14 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 		h.upstream[i] = u
 	}
 	return h, nil
+}
+
+// UseEgress has the proxy serve request rules (intercept.go): HTTPS to
+// a host with rules is intercepted with certificates of ca, and secrets
+// gives the values of the rules' placeholders. Until then such requests
+// are refused. Call it before the first sandbox is attached.
+func (h *Host) UseEgress(ca *CA, secrets func(name string) (string, error)) {
+	h.ca, h.secrets = ca, secrets
 }
 
 // Subnet is where the sandboxes' veth pairs are numbered.
