@@ -42,7 +42,7 @@ MODULE := github.com/airlock-sandbox/airlock
 NEEDS_CLONE := cmd/airlock internal/archtest
 UNPRIVILEGED = $(filter-out $(addprefix $(MODULE)/,$(NEEDS_CLONE)),$(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...))
 
-.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster bench-tti bench-volumes bench-live fuzz clean
+.PHONY: all build console deps kernels stock runsc controlplane test test-go test-unprivileged test-sdk test-cluster run serve bench bench-run bench-serve bench-net bench-template bench-stock bench-reliability bench-density bench-pause bench-cluster bench-tti bench-volumes bench-live bench-egress fuzz clean
 
 all: build
 
@@ -159,7 +159,7 @@ run: deps build
 serve: deps build
 	$(BIN) serve
 
-bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster bench-tti bench-volumes bench-live
+bench: bench-run bench-serve bench-net bench-template bench-stock bench-pause bench-reliability bench-density bench-cluster bench-tti bench-volumes bench-live bench-egress
 
 bench-run: deps build runsc
 	$(BIN) bench -n 50
@@ -171,6 +171,11 @@ bench-serve: deps build
 # each backend.
 bench-net: deps build runsc
 	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-net.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-net.mjs
+
+# HTTPS through the proxy that intercepts it for request rules, against
+# the proxy that relays TLS and against no proxy at all.
+bench-egress: deps build runsc stock
+	cd tests/e2b && npm ci --no-audit --no-fund && ../../$(NETLAB) node bench-egress.mjs && AIRLOCK_TEST_BACKEND=gvisor ../../$(NETLAB) node bench-egress.mjs
 
 # Templates: build, create warm and cold, memory of idle sandboxes, on
 # each backend, against base in the same run.

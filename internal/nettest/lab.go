@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -84,6 +85,11 @@ type Lab struct {
 	// one a line with its type ("A x.test"): what a sandbox's lookups
 	// carried out of the host, for exfiltration tests.
 	DNSLog string
+	// HTTPLog is a file of every request the web servers answered, one
+	// JSON object a line: {"host", "path", "tls", "authorization"}, what
+	// arrived, for tests of what the egress proxy sent on.
+	HTTPLog string
+	httpLog sync.Mutex
 
 	dir     string
 	closers []io.Closer
@@ -238,6 +244,10 @@ func (l *Lab) startServers() error {
 		return err
 	}
 	l.CAPEM = ca
+	l.HTTPLog = l.dir + "/http-requests.log"
+	if err := os.WriteFile(l.HTTPLog, nil, 0o644); err != nil {
+		return err
+	}
 	l.CAFile = l.dir + "/lab-ca.pem"
 	if err := os.WriteFile(l.CAFile, ca, 0o644); err != nil {
 		return err
@@ -284,9 +294,15 @@ func (l *Lab) startServers() error {
 // listeners until the lab closes.
 func (l *Lab) serveWeb(httpLn, tlsLn, bannerLn net.Listener, certs []tls.Certificate, pkgs http.Handler) {
 	// Every answer says which address it came from and for which name;
-	// /bytes?n=N answers N bytes, for throughput. packages.test is the
-	// package servers'.
+	// /bytes?n=N answers N bytes, for throughput; /headers the request's
+	// headers, as JSON. packages.test is the package servers'.
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.logRequest(r)
+		if r.URL.Path == "/headers" {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(r.Header)
+			return
+		}
 		if host, _, err := net.SplitHostPort(r.Host); err == nil && host == "packages.test" || r.Host == "packages.test" {
 			pkgs.ServeHTTP(w, r)
 			return
@@ -326,6 +342,20 @@ func (l *Lab) serveWeb(httpLn, tlsLn, bannerLn net.Listener, certs []tls.Certifi
 			c.Close()
 		}
 	}()
+}
+
+// logRequest writes r down in HTTPLog.
+func (l *Lab) logRequest(r *http.Request) {
+	line, _ := json.Marshal(map[string]any{"host": r.Host, "path": r.URL.Path, "tls": r.TLS != nil,
+		"authorization": r.Header.Get("Authorization")})
+	l.httpLog.Lock()
+	defer l.httpLog.Unlock()
+	f, err := os.OpenFile(l.HTTPLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	f.Write(append(line, '\n'))
+	f.Close()
 }
 
 // serveDNS serves the lab's DNS server over UDP and TCP, writing down

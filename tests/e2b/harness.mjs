@@ -19,7 +19,7 @@ process.once('SIGTERM', () => {
 // opts.stateDir and opts.apiKey start a server where an earlier one left
 // off (see crash); opts.config is its config file's content, written for
 // the start (the server reads it then) and removed after it, started or
-// not.
+// not; opts.env adds to the server's environment.
 export async function startServer(extraArgs = [], opts = {}) {
   let cfgDir
   if (opts.config) {
@@ -33,7 +33,7 @@ export async function startServer(extraArgs = [], opts = {}) {
   const backend = process.env.AIRLOCK_TEST_BACKEND ? ['--backend', process.env.AIRLOCK_TEST_BACKEND] : []
   // opts.bin: another build of airlock (a new binary on the same state).
   const proc = spawn(opts.bin ?? bin, ['serve', '--listen', '127.0.0.1:0', '--state-dir', stateDir, ...backend, ...extraArgs], {
-    env: { ...process.env, AIRLOCK_API_KEY: apiKey },
+    env: { ...process.env, AIRLOCK_API_KEY: apiKey, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   live.add(proc)

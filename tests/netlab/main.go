@@ -8,7 +8,9 @@
 // The command's environment tells it the lab: AIRLOCK_LAB_DNS (the DNS
 // server, IP:PORT) and AIRLOCK_LAB_CA (the PEM file of the CA that signed
 // the TLS servers' certificates) and AIRLOCK_LAB_DNS_LOG (a file of every
-// name the DNS server was asked, one a line with its type: "A x.test").
+// name the DNS server was asked, one a line with its type: "A x.test") and
+// AIRLOCK_LAB_HTTP_LOG (a file of every request the web servers answered,
+// one JSON object a line: host, path, tls, authorization).
 // netlab exits with the command's status.
 package main
 
@@ -51,7 +53,8 @@ func run(args []string) (int, error) {
 	cmd.Env = append(os.Environ(),
 		"AIRLOCK_LAB_DNS="+nettest.DNSAddr.String()+":53",
 		"AIRLOCK_LAB_CA="+lab.CAFile,
-		"AIRLOCK_LAB_DNS_LOG="+lab.DNSLog)
+		"AIRLOCK_LAB_DNS_LOG="+lab.DNSLog,
+		"AIRLOCK_LAB_HTTP_LOG="+lab.HTTPLog)
 	// Signals for netlab are the command's: it must end first, so that the
 	// lab is taken down after it.
 	sigs := make(chan os.Signal, 1)
