@@ -43,6 +43,8 @@ var allowed = map[string][]string{
 	"internal/httpserve": {},
 
 	"internal/policy": {},
+	// Sandboxes' audit trails: egress decisions and API actions.
+	"internal/audit": {"internal/policy"},
 	// Secrets for egress rules, encrypted at rest.
 	"internal/secret":     {"internal/policy"},
 	"internal/agentproto": {},
@@ -102,7 +104,7 @@ var allowed = map[string][]string{
 
 	// The network's host side: a peer of the backends, which never see
 	// more of it than a namespace to run in.
-	"internal/netpolicy": {"internal/layout", "internal/policy", "internal/rangelock"},
+	"internal/netpolicy": {"internal/layout", "internal/policy", "internal/rangelock", "internal/audit"},
 	"internal/nettest":   {},
 
 	// Images templates are made of: a store on the host, for the daemon.
@@ -124,14 +126,14 @@ var allowed = map[string][]string{
 	"internal/config": {"internal/policy"},
 	// The daemon assembled from its config: the one package that knows
 	// every part, and that only the command imports.
-	"internal/daemon": {"internal/config", "internal/secret", "internal/apikey", "internal/backend", "internal/backend/gvisor",
+	"internal/daemon": {"internal/config", "internal/secret", "internal/audit", "internal/apikey", "internal/backend", "internal/backend/gvisor",
 		"internal/backend/namespaces", "internal/cgroups", "internal/sandbox", "internal/sandboxid", "internal/policy",
 		"internal/agentproto", "internal/netpolicy", "internal/image", "internal/build", "internal/httpapi",
 		"internal/httpserve", "internal/mcp", "internal/console", "internal/clusterbin", "internal/stock", "internal/runsock", "internal/volume", "internal/rangelock"},
 	// airlock run's way into a local daemon's pool: its socket and
 	// protocol, shared by the command and the daemon.
 	"internal/runsock": {"internal/backend", "internal/policy"},
-	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid", "internal/volume", "internal/secret"},
+	"internal/httpapi": {"internal/sandbox", "internal/agentproto", "internal/policy", "internal/build", "internal/image", "internal/sandboxid", "internal/volume", "internal/secret", "internal/audit", "internal/apikey"},
 	// Template builds: steps run through the agent of a sandbox the
 	// daemon starts, the result goes to the image store.
 	"internal/build":       {"internal/agentproto", "internal/image", "internal/layout", "internal/policy"},

@@ -65,12 +65,22 @@ type Config struct {
 	// system of Size (default 1G), its space reserved on the host's disk
 	// when it is made.
 	Volumes Volumes `json:"volumes"`
+	// Audit is the sandboxes' audit trails (GET /sandboxes/{id}/audit).
+	Audit Audit `json:"audit"`
 
 	// What no config file holds. APIKey is the key clients must present
 	// ($AIRLOCK_API_KEY); "": the one kept in the state directory.
 	APIKey string `json:"-"`
 	// Node makes the daemon a node of a cluster.
 	Node Node `json:"-"`
+}
+
+// Audit configures the sandboxes' audit trails: each holds at most
+// MaxSize (default 4M) of events, and outlives its sandbox by Retention
+// (default 24h).
+type Audit struct {
+	MaxSize   Size     `json:"maxSize"`
+	Retention Duration `json:"retention"`
 }
 
 // Volumes configures E2B's volumes.
@@ -147,6 +157,10 @@ type Network struct {
 	// the excess before it reaches the daemon.
 	DNSRate        string `json:"dnsRate"`
 	ConnectionRate string `json:"connectionRate"`
+	// Budget is the bytes a sandbox's connections may carry in its life,
+	// both ways together (0: no budget); past it its egress ends, and
+	// its audit trail says why.
+	Budget Size `json:"budget"`
 }
 
 // Stock is the root of the stock templates, base and

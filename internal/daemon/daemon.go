@@ -178,7 +178,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	// The egress CA, which networked sandboxes trust, and the secrets
 	// that request rules fill in: before any sandbox starts or is taken
 	// back.
-	eg, err := openEgress(cfg.StateDir)
+	eg, err := openEgress(cfg.StateDir, cfg.Audit, d.log)
 	if err != nil {
 		return err
 	}
@@ -282,6 +282,7 @@ func (d *Daemon) handler(images *image.Store, files *build.Files) *httpapi.Serve
 	api.HandleTemplates(&httpapi.Templates{Builds: d.service, Store: images, Files: files})
 	api.HandleVolumes(d.volumes, d.mcfg.TokenKey)
 	api.HandleSecrets(d.egress.secrets)
+	api.HandleAudit(d.egress.audit)
 	// MCP's streamable HTTP transport: a session's sandbox lives as long
 	// as the session, which ends when the client closes it or goes idle.
 	mcpServer := mcp.New(d.manager, time.Duration(cfg.DefaultTimeout), d.log)
@@ -326,6 +327,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.run != nil {
 		go d.run.serve()
 	}
+	sweeping, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go d.egress.sweep(sweeping, d.manager)
 	// In a cluster the node registers once it answers, and deregisters
 	// before it stops answering: routers never send it what it drops.
 	leave := func() {}

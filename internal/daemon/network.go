@@ -17,7 +17,8 @@ import (
 // networkHost returns the network configuration of cfg.
 func networkHost(cfg *config.Config) (netpolicy.Config, error) {
 	n := netpolicy.Config{Upstream: cfg.Network.DNS, LocalZones: cfg.Network.LocalZones,
-		Limits: netpolicy.Limits{Connections: cfg.Network.Connections, Bandwidth: int64(cfg.Network.Bandwidth)}}
+		Limits: netpolicy.Limits{Connections: cfg.Network.Connections, Bandwidth: int64(cfg.Network.Bandwidth)},
+		Budget: int64(cfg.Network.Budget)}
 	if cfg.Network.Subnet != "" {
 		p, err := netip.ParsePrefix(cfg.Network.Subnet)
 		if err != nil {
@@ -25,8 +26,8 @@ func networkHost(cfg *config.Config) (netpolicy.Config, error) {
 		}
 		n.Subnet = p
 	}
-	if n.Limits.Connections < 0 || n.Limits.Bandwidth < 0 {
-		return n, errors.New("network.connections and network.bandwidth must not be negative")
+	if n.Limits.Connections < 0 || n.Limits.Bandwidth < 0 || n.Budget < 0 {
+		return n, errors.New("network.connections, network.bandwidth and network.budget must not be negative")
 	}
 	for _, r := range []struct {
 		field, s string
@@ -72,7 +73,7 @@ func newNetwork(cfg *config.Config, log *slog.Logger) (*hostNetwork, error) {
 // and fill in eg's secrets.
 func (n *hostNetwork) useEgress(eg *egress) {
 	if n != nil && n.h != nil {
-		n.h.UseEgress(eg.ca, eg.value)
+		n.h.UseEgress(netpolicy.Egress{CA: eg.ca, Secrets: eg.value, Audit: eg.audit.Record})
 	}
 }
 

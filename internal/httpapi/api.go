@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/volume"
@@ -45,6 +46,8 @@ type Server struct {
 	volumeKey []byte
 	// secrets are the server's secrets (HandleSecrets); nil: none.
 	secrets *secret.Store
+	// audit keeps the sandboxes' trails (HandleAudit); nil: none.
+	audit *audit.Store
 }
 
 // New returns the API over m, guarded by apiKey, whose sandboxes' hosts
@@ -106,6 +109,16 @@ func (s *Server) routes() {
 // API's routes.
 func (s *Server) api(pattern string, h http.HandlerFunc) {
 	s.patterns = append(s.patterns, pattern)
+	if strings.Contains(pattern, "/sandboxes/{id}") && !strings.HasPrefix(pattern, "GET ") {
+		// An action on a sandbox: its trail says who, what, and how it
+		// went (reads are not actions).
+		inner := h
+		h = func(w http.ResponseWriter, r *http.Request) {
+			sw := &statusRecorder{ResponseWriter: w}
+			inner(sw, r)
+			s.auditAction(r, r.PathValue("id"), pattern, sw.status)
+		}
+	}
 	s.mux.Handle(pattern, s.auth(h))
 }
 

@@ -169,6 +169,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.managerError(w, err)
 		return
 	}
+	s.auditAction(r, sb.ID, r.Method+" "+r.URL.Path, http.StatusCreated)
 	writeJSON(w, http.StatusCreated, s.sandboxObject(sb))
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
 )
 
 // resolver is one sandbox's DNS server: it answers only names the policy
@@ -85,16 +88,57 @@ func (r *resolver) close() {
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	r.queries.Add(1)
 	resp := r.answer(q)
+	why := extendedError(resp)
+	if q.IsEdns0() == nil {
+		resp.Extra = slices.DeleteFunc(resp.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
+	}
 	_ = w.WriteMsg(resp)
+	r.audit(q, resp, why)
+}
+
+// extendedError is the text of m's extended DNS error, if it has one.
+func extendedError(m *dns.Msg) string {
+	if opt := m.IsEdns0(); opt != nil {
+		for _, o := range opt.Option {
+			if ede, ok := o.(*dns.EDNS0_EDE); ok {
+				return ede.ExtraText
+			}
+		}
+	}
+	return ""
+}
+
+// audit writes the lookup down in the sandbox's trail: the name, what
+// it was answered (the addresses) or why not.
+func (r *resolver) audit(q *dns.Msg, resp *dns.Msg, why string) {
+	if !r.a.auditing() || len(q.Question) != 1 {
+		return
+	}
+	e := audit.Event{Kind: "dns", Proto: "dns " + dns.TypeToString[q.Question[0].Qtype],
+		Name: strings.ToLower(strings.TrimSuffix(q.Question[0].Name, ".")), Decision: "allowed"}
+	if resp.Rcode != dns.RcodeSuccess {
+		e.Decision, e.Rule = "denied", dns.RcodeToString[resp.Rcode]
+		if why != "" {
+			e.Rule += ": " + why
+		}
+	}
+	for _, rr := range resp.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			e.Answers = append(e.Answers, a.A.String())
+		}
+	}
+	r.a.record(e)
 }
 
 func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	resp := new(dns.Msg)
 	resp.SetReply(q)
 	resp.RecursionAvailable = true
+	// The reason goes in an extended error, which ServeDNS keeps for the
+	// audit trail and sends only to a client that speaks EDNS.
 	fail := func(rcode int, ede uint16, why string) *dns.Msg {
 		resp.Rcode = rcode
-		if opt := q.IsEdns0(); opt != nil && ede != 0 {
+		if ede != 0 {
 			resp.SetEdns0(1232, false)
 			resp.IsEdns0().Option = append(resp.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: ede, ExtraText: why})
 		}

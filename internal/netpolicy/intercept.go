@@ -33,10 +33,10 @@ import (
 func (p *proxy) intercept(r *relay, head []byte) {
 	ca := p.a.host.ca
 	if ca == nil {
-		p.refuse(r.in, r.dst, r.name, "request rules need the host's egress CA")
+		p.refuse(r, "request rules need the host's egress CA")
 		return
 	}
-	tc := tls.Server(&replayConn{Conn: p.limited(r.in), head: head}, &tls.Config{
+	tc := tls.Server(&replayConn{Conn: p.limited(r), head: head}, &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return ca.leaf(r.name) },
 		NextProtos:     []string{"http/1.1"},
 		MinVersion:     tls.VersionTLS12,
@@ -45,6 +45,7 @@ func (p *proxy) intercept(r *relay, head []byte) {
 	if err := tc.HandshakeContext(p.ctx); err != nil {
 		p.a.logger().Info("intercepted TLS failed", "dst", r.dst, "name", r.name, "err", err)
 		reset(r.in)
+		p.audit(r, "allowed", "the sandbox's TLS with the proxy failed (does it trust the host's egress CA?)")
 		return
 	}
 	tc.SetDeadline(time.Time{})

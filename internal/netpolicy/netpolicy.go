@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/layout"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/rangelock"
@@ -101,6 +102,10 @@ type Config struct {
 	// sandbox's lookups under them never leave the host.
 	LocalZones []string
 	Limits     Limits
+	// Budget is how many bytes a sandbox's connections may carry, both
+	// ways together, in its life: past it its egress ends (and its audit
+	// trail says so). Zero: no budget.
+	Budget int64
 	// Roots verify the servers of intercepted HTTPS; nil: the host's
 	// (SSL_CERT_FILE and SSL_CERT_DIR name others).
 	Roots *x509.CertPool
@@ -114,6 +119,8 @@ type Host struct {
 	limits   Limits
 	ca       *CA
 	roots    *x509.CertPool
+	budget   int64
+	audit    func(sandbox string, e audit.Event)
 	secrets  func(name string) (string, error)
 	log      *slog.Logger
 
@@ -126,7 +133,7 @@ const addrsTTL = 2 * time.Second
 
 // NewHost checks cfg and the host and returns a Host. It needs root.
 func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
-	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, roots: cfg.Roots, log: log}
+	h := &Host{subnet: cfg.Subnet, upstream: cfg.Upstream, limits: cfg.Limits, roots: cfg.Roots, budget: cfg.Budget, log: log}
 	if !h.subnet.IsValid() {
 		h.subnet = DefaultSubnet
 	}
@@ -177,12 +184,23 @@ func NewHost(cfg Config, log *slog.Logger) (*Host, error) {
 	return h, nil
 }
 
-// UseEgress has the proxy serve request rules (intercept.go): HTTPS to
-// a host with rules is intercepted with certificates of ca, and secrets
-// gives the values of the rules' placeholders. Until then such requests
-// are refused. Call it before the first sandbox is attached.
-func (h *Host) UseEgress(ca *CA, secrets func(name string) (string, error)) {
-	h.ca, h.secrets = ca, secrets
+// Egress is what the proxy needs beyond its configuration, from the
+// daemon's state directory.
+type Egress struct {
+	// CA issues the certificates of the HTTPS it intercepts for request
+	// rules (intercept.go), and Secrets gives the values of the rules'
+	// placeholders; until they are set such requests are refused.
+	CA      *CA
+	Secrets func(name string) (string, error)
+	// Audit receives every egress decision, for the sandbox it names
+	// (its trail); nil: none is kept.
+	Audit func(sandbox string, e audit.Event)
+}
+
+// UseEgress gives the proxy e. Call it before the first sandbox is
+// attached.
+func (h *Host) UseEgress(e Egress) {
+	h.ca, h.secrets, h.audit = e.CA, e.Secrets, e.Audit
 }
 
 // Subnet is where the sandboxes' veth pairs are numbered.
@@ -246,9 +264,14 @@ type Attachment struct {
 	filter filter
 	proxy  *proxy
 	dns    *resolver
-	// log names the sandbox; Name replaces it while the proxy and the
-	// resolver run.
+	// log names the sandbox, and id is its id; Name replaces them while
+	// the proxy and the resolver run.
 	log atomic.Pointer[slog.Logger]
+	id  atomic.Pointer[string]
+	// used counts the bytes its connections carried; spent is set once
+	// they pass the host's budget, for good.
+	used  atomic.Int64
+	spent atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -462,7 +485,39 @@ func (a *Attachment) Namespace() *os.File { return a.ns }
 // Name names the sandbox the network is for in its log lines from now
 // on: a pool's network is made before the sandbox it becomes has its id,
 // and a refusal logged under the pool's name could not be traced to it.
-func (a *Attachment) Name(id string) { a.log.Store(a.host.log.With("sandbox", id)) }
+func (a *Attachment) Name(id string) {
+	a.log.Store(a.host.log.With("sandbox", id))
+	a.id.Store(&id)
+}
+
+// auditing reports whether a's decisions are written down.
+func (a *Attachment) auditing() bool { return a.host.audit != nil }
+
+// record writes e down in the sandbox's audit trail, if there is one.
+func (a *Attachment) record(e audit.Event) {
+	if id := a.id.Load(); a.host.audit != nil && id != nil {
+		e.Time = time.Now()
+		a.host.audit(*id, e)
+	}
+}
+
+// spend counts n bytes against the host's budget and reports whether
+// they fit. The first to pass it ends the sandbox's egress: its trail
+// says why, and its open connections are cut.
+func (a *Attachment) spend(n int) bool {
+	if a.host.budget <= 0 {
+		return true
+	}
+	if a.used.Add(int64(n)) <= a.host.budget {
+		return true
+	}
+	if !a.spent.Swap(true) {
+		a.logger().Info("egress budget spent", "bytes", a.host.budget)
+		a.record(audit.Event{Kind: "budget", Decision: "denied", Rule: fmt.Sprintf("egress budget of %d bytes spent", a.host.budget), Sent: a.used.Load()})
+		go a.proxy.cutAll("egress budget spent")
+	}
+	return false
+}
 
 func (a *Attachment) logger() *slog.Logger { return a.log.Load() }
 

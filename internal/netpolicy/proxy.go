@@ -18,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
 )
 
 // proxy receives every TCP connection a sandbox opens (the host's
@@ -49,6 +51,38 @@ type relay struct {
 	out  net.Conn // nil until dialed; for HTTP, the transport's own
 	name string   // the name it was allowed for; for HTTP, the last request's
 	http *http.Transport
+	// seen is the name it presented where none is judged (no name rules):
+	// for its audit trail only.
+	seen string
+	// For the audit trail: when it came, and the bytes it carried each
+	// way (from the sandbox, to it).
+	start          time.Time
+	sent, received atomic.Int64
+}
+
+// proto names r's protocol in its audit trail.
+func (r *relay) proto() string {
+	switch r.dst.Port() {
+	case httpPort:
+		return "http"
+	case httpsPort:
+		return "https"
+	}
+	return "tcp"
+}
+
+// audit writes r down, once it ended or was refused.
+func (p *proxy) audit(r *relay, decision, why string) {
+	if !p.a.auditing() {
+		return
+	}
+	name := r.name
+	if name == "" {
+		name = r.seen
+	}
+	p.a.record(audit.Event{Kind: "connection", Proto: r.proto(), Name: name, Addr: r.dst.Addr().String(), Port: r.dst.Port(),
+		Decision: decision, Rule: why, Sent: r.sent.Load(), Received: r.received.Load(),
+		Millis: float64(time.Since(r.start).Microseconds()) / 1000})
 }
 
 const (
@@ -92,7 +126,7 @@ func (p *proxy) serve() {
 			reset(c)
 			continue
 		}
-		r := &relay{in: c}
+		r := &relay{in: c, start: time.Now()}
 		if !p.track(r) {
 			<-p.slots
 			reset(c)
@@ -161,6 +195,19 @@ func (p *proxy) setOut(r *relay, out net.Conn) bool {
 	return true
 }
 
+// cutAll cuts every connection, for why.
+func (p *proxy) cutAll(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for r := range p.conns {
+		p.a.logger().Info("connection cut", "dst", r.dst, "name", r.name, "why", why)
+		reset(r.in)
+		if r.out != nil {
+			r.out.Close()
+		}
+	}
+}
+
 // recheck cuts the connections the current policy no longer allows.
 func (p *proxy) recheck() {
 	p.mu.Lock()
@@ -188,23 +235,28 @@ func (p *proxy) handle(r *relay) {
 		return
 	}
 	r.dst = dst
+	if p.a.spent.Load() {
+		p.refuse(r, "the sandbox's egress budget is spent")
+		return
+	}
 	pol := p.a.policy()
 	// Name rules, and request rules, need the name each connection is for.
 	names := hasNameRules(pol) || len(pol.Rules) > 0
 	// What no name could open is decided at once: a name opens an
 	// address only where the resolver pinned it, and never a reserved one.
 	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), ""); !v.allow && (p.a.filter.special(dst.Addr()) || !p.a.filter.pins.hasAddr(dst.Addr())) {
-		p.refuse(r.in, dst, "", v.reason)
+		p.refuse(r, v.reason)
 		return
 	}
 	// Plain HTTP under name rules is judged request by request: the
 	// Host of every request on the connection, not only the first.
 	if dst.Port() == httpPort && names {
-		p.serveHTTP(r, p.limited(r.in), false)
+		p.serveHTTP(r, p.limited(r), false)
 		return
 	}
 	var head []byte
-	if dst.Port() == httpsPort && names {
+	switch {
+	case dst.Port() == httpsPort && names:
 		if r.name, head, err = sniffName(r.in, dst.Port()); err != nil {
 			reset(r.in)
 			return
@@ -212,12 +264,19 @@ func (p *proxy) handle(r *relay) {
 		// A policy that denies names cannot let a connection through
 		// whose name it cannot read (TLS without a server name).
 		if r.name == "" && hasDenyNames(pol) {
-			p.refuse(r.in, dst, "", "no server name, and denyOut names some")
+			p.refuse(r, "no server name, and denyOut names some")
+			return
+		}
+	case (dst.Port() == httpsPort || dst.Port() == httpPort) && p.a.auditing():
+		// Read for the trail (learning mode's allowlist is of names), not
+		// judged: the policy has no names.
+		if r.seen, head, err = sniffName(r.in, dst.Port()); err != nil {
+			reset(r.in)
 			return
 		}
 	}
 	if v := p.a.filter.check(pol, dst.Addr(), dst.Port(), r.name); !v.allow {
-		p.refuse(r.in, dst, r.name, v.reason)
+		p.refuse(r, v.reason)
 		return
 	}
 	if dst.Port() == httpsPort && r.name != "" && pol.TransformsFor(r.name) != nil {
@@ -237,12 +296,17 @@ func (p *proxy) handle(r *relay) {
 		reset(r.in)
 		return
 	}
+	defer func() { p.audit(r, "allowed", "") }()
 	if len(head) > 0 {
+		if !p.a.spend(len(head)) {
+			return
+		}
+		r.sent.Add(int64(len(head)))
 		if _, err := out.Write(head); err != nil {
 			return
 		}
 	}
-	in := p.limited(r.in)
+	in := p.limited(r)
 	// Once the sandbox has said all it will, the far side gets
 	// halfClosedIdle between reads to answer or close.
 	var sent atomic.Bool
@@ -328,13 +392,26 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 		}
 		closed := p.closed
 		p.mu.Unlock()
+		e := audit.Event{Kind: "request", Proto: "http", Name: name, Addr: r.dst.Addr().String(), Port: r.dst.Port(), Decision: "allowed"}
+		if secure {
+			e.Proto = "https"
+		}
+		start := time.Now()
+		defer func() {
+			e.Millis = float64(time.Since(start).Microseconds()) / 1000
+			p.a.record(e)
+		}()
 		if !v.allow || closed {
 			p.a.logger().Info("request refused", "dst", r.dst, "name", name, "why", v.reason)
 			w.Header().Set("Connection", "close")
 			http.Error(w, "refused by the sandbox's network policy: "+v.reason, http.StatusForbidden)
+			e.Decision, e.Rule, e.Status = "denied", v.reason, http.StatusForbidden
 			return
 		}
-		rp.ServeHTTP(w, req.WithContext(ctx))
+		e.Intercepted = secure || ctx.Value(maskedKey{}) != nil
+		sw := &statusWriter{ResponseWriter: w}
+		rp.ServeHTTP(sw, req.WithContext(ctx))
+		e.Status = sw.status
 	})
 	ln := &oneConnListener{c: in, done: make(chan struct{})}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: sniffTimeout, IdleTimeout: halfClosedIdle,
@@ -346,7 +423,32 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 		}}
 	srv.Serve(ln)
 	active.Wait()
+	p.audit(r, "allowed", "")
 }
+
+// statusWriter remembers the status of an answer, for the audit trail;
+// Unwrap lets http.ResponseController (the reverse proxy's flushes and
+// upgrades) reach the writer beneath.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // oneConnListener hands out one connection, then waits to be closed.
 type oneConnListener struct {
@@ -372,18 +474,57 @@ func (l *oneConnListener) Close() error {
 
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 
-func (p *proxy) refuse(in net.Conn, dst netip.AddrPort, name, why string) {
-	p.a.logger().Info("connection refused", "dst", dst, "name", name, "why", why)
-	reset(in)
+func (p *proxy) refuse(r *relay, why string) {
+	p.a.logger().Info("connection refused", "dst", r.dst, "name", r.name, "why", why)
+	reset(r.in)
+	p.audit(r, "denied", why)
 }
 
-// limited wraps the sandbox's side of a connection in the bandwidth
-// limits, if there are any.
-func (p *proxy) limited(c net.Conn) net.Conn {
+// limited wraps the sandbox's side of r in the bandwidth limits, if there
+// are any, and counts what it carries (the audit trail, the budget).
+func (p *proxy) limited(r *relay) net.Conn {
+	var c net.Conn = &countedConn{Conn: r.in, r: r, a: p.a}
 	if p.up == nil {
 		return c
 	}
 	return &limitedConn{Conn: c, read: p.up, write: p.down}
+}
+
+// countedConn counts the bytes of a relay's sandbox side, and ends it once
+// the sandbox's budget is spent.
+type countedConn struct {
+	net.Conn
+	r *relay
+	a *Attachment
+}
+
+// errSpent ends a connection past the sandbox's budget.
+var errSpent = errors.New("the sandbox's egress budget is spent")
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.r.sent.Add(int64(n))
+	if n > 0 && !c.a.spend(n) {
+		return 0, errSpent
+	}
+	return n, err
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	if !c.a.spend(len(b)) {
+		return 0, errSpent
+	}
+	n, err := c.Conn.Write(b)
+	c.r.received.Add(int64(n))
+	return n, err
+}
+
+// CloseWrite half-closes the sandbox's side, as pipe expects.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }
 
 // limitedConn reads (the sandbox sending) and writes (the sandbox

@@ -44,9 +44,9 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 // dialed: the tests hand it connections.
 func lab(t *testing.T, pol policy.Network) *Attachment {
 	t.Helper()
-	at := &Attachment{}
-	at.log.Store(slog.New(slog.DiscardHandler))
 	host := testHost()
+	at := &Attachment{host: host}
+	at.log.Store(slog.New(slog.DiscardHandler))
 	at.filter.special = func(a netip.Addr) bool { return !a.IsLoopback() && host.special(a) }
 	at.pol.Store(compile(pol))
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -219,11 +219,12 @@ func TestLimitedConn(t *testing.T) {
 	if err != nil || n > 32<<10 {
 		t.Errorf("one read: %d bytes, %v; want at most 32 KiB", n, err)
 	}
+	r := &relay{in: server}
 	p := newProxy(&Attachment{}, nil, Limits{Connections: 1, Bandwidth: 1 << 20})
-	if _, ok := p.limited(server).(*limitedConn); !ok {
+	if _, ok := p.limited(r).(*limitedConn); !ok {
 		t.Error("a proxy with a bandwidth does not limit")
 	}
-	if p := newProxy(&Attachment{}, nil, Limits{Connections: 1}); p.limited(server) != net.Conn(server) {
+	if p := newProxy(&Attachment{}, nil, Limits{Connections: 1}); func() bool { _, ok := p.limited(r).(*countedConn); return !ok }() {
 		t.Error("a proxy without a bandwidth limits")
 	}
 }

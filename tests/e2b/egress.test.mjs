@@ -299,3 +299,115 @@ test('request rules: the secret reaches the server, never the sandbox', { skip, 
     await Secret.destroy(secret.secretId).catch(() => {})
   }
 })
+
+// The audit trail, read through the API.
+async function trail(srv, id, format = '') {
+  const res = await fetch(`${srv.env.E2B_API_URL}/sandboxes/${id}/audit${format}`, { headers: { 'X-API-Key': srv.apiKey } })
+  assert.equal(res.status, 200, `audit of ${id}: ${res.status}`)
+  return format === '?format=jsonl' ? await res.text() : await res.json()
+}
+
+test('learning mode: the allowlist of exactly the hosts a run reached', { skip, timeout: 120_000 }, async () => {
+  // Observed, not enforced: the internet, every decision written down.
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    await sbx.files.write('/home/user/lab-ca.pem', readFileSync(process.env.AIRLOCK_LAB_CA, 'utf8'))
+    await sbx.commands.run('curl -sS --cacert /home/user/lab-ca.pem https://allowed.test/ && curl -sS http://other.test/ && ' +
+      `python3 -c "import socket; print(socket.create_connection(('198.51.100.7', 7000), timeout=5).recv(100))"`, { timeoutMs: 30_000 })
+    const res = await fetch(`${server.env.E2B_API_URL}/sandboxes/${sbx.sandboxId}/audit/allowlist`, { headers: { 'X-API-Key': server.apiKey } })
+    const proposal = await res.json()
+    assert.deepEqual(proposal, { allowOut: ['198.51.100.7', 'allowed.test', 'other.test'], denied: [] })
+    // Pasted into allowOut, it lets the same run through, and nothing else.
+    const strict = await Sandbox.create({ timeoutMs: 120_000, network: { allowOut: proposal.allowOut, denyOut: [ALL_TRAFFIC] } })
+    try {
+      await strict.files.write('/home/user/lab-ca.pem', readFileSync(process.env.AIRLOCK_LAB_CA, 'utf8'))
+      await strict.commands.run('curl -sS --cacert /home/user/lab-ca.pem https://allowed.test/ && curl -sS http://other.test/ && ' +
+        `python3 -c "import socket; print(socket.create_connection(('198.51.100.7', 7000), timeout=5).recv(100))"`, { timeoutMs: 30_000 })
+      await assert.rejects(strict.commands.run('curl -sS --max-time 5 http://denied.test/', { timeoutMs: 30_000 }))
+    } finally {
+      await strict.kill()
+    }
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('the audit trail: every decision, its rule, the bytes, the API actions', { skip, timeout: 120_000 }, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { allowOut: ['allowed.test', '198.51.100.7'], denyOut: [ALL_TRAFFIC] } })
+  const id = sbx.sandboxId
+  try {
+    await sbx.setTimeout(100_000)
+    const banner = 'banner from 198.51.100.7\n'
+    const probe = String.raw`
+import socket
+s = socket.create_connection(("198.51.100.7", 7000), timeout=5)
+print(len(s.recv(100)))
+for addr in ("203.0.113.20", "10.99.0.5"):
+    try:
+        socket.create_connection((addr, 443), timeout=5).recv(1)
+    except OSError as e:
+        print(addr, "refused")
+try:
+    socket.gethostbyname("denied.test")
+except OSError:
+    print("denied.test not resolved")
+`
+    await sbx.files.write('/home/user/probe.py', probe)
+    const out = (await sbx.commands.run('python3 /home/user/probe.py', { timeoutMs: 30_000 })).stdout
+    assert.match(out, new RegExp(`^${banner.length}\n`))
+    await sbx.updateNetwork({ allowOut: ['allowed.test'], denyOut: [ALL_TRAFFIC] })
+    const { events } = await trail(server, id)
+    const find = (f, what) => { const e = events.find(f); assert.ok(e, `${what} in ${JSON.stringify(events, null, 1)}`); return e }
+    const conn = find((e) => e.kind === 'connection' && e.addr === '198.51.100.7', 'the banner connection')
+    assert.equal(conn.decision, 'allowed')
+    assert.equal(conn.port, 7000)
+    assert.equal(conn.received, banner.length, 'the bytes the server sent')
+    assert.equal(conn.sent ?? 0, 0)
+    for (const addr of ['203.0.113.20', '10.99.0.5']) {
+      const e = find((e) => e.kind === 'connection' && e.addr === addr, `the refused ${addr}`)
+      assert.equal(e.decision, 'denied')
+      assert.ok(e.rule, `${addr} names its rule`)
+    }
+    const dns = find((e) => e.kind === 'dns' && e.name === 'denied.test', 'the refused lookup')
+    assert.equal(dns.decision, 'denied')
+    assert.match(dns.rule, /^NXDOMAIN: .*polic/)
+    const actions = events.filter((e) => e.kind === 'api').map((e) => [e.action, e.status])
+    assert.deepEqual(actions.map(([a, st]) => [a.replace(/^POST \/(v2\/)?sandboxes$/, 'create'), st]),
+      [['create', 201], ['POST /sandboxes/{id}/timeout', 204], ['PUT /sandboxes/{id}/network', 204]])
+    for (const e of events.filter((e) => e.kind === 'api')) assert.match(e.actor, /^key sha256:[0-9a-f]{8} from 127\.0\.0\.1$/)
+    // The same trail as JSON lines and as OpenTelemetry logs.
+    assert.equal((await trail(server, id, '?format=jsonl')).trim().split('\n').length, events.length)
+    const otlp = await trail(server, id, '?format=otlp')
+    assert.equal(otlp.resourceLogs[0].scopeLogs[0].logRecords.length, events.length)
+    assert.ok(otlp.resourceLogs[0].resource.attributes.some((a) => a.key === 'airlock.sandbox.id' && a.value.stringValue === id))
+  } finally {
+    await sbx.kill()
+  }
+  // Kept after the sandbox ends, the kill written down.
+  const { events } = await trail(server, id)
+  assert.deepEqual(events.at(-1).action, 'DELETE /sandboxes/{id}')
+})
+
+test('a budget ends a transfer at its limit', { skip, timeout: 120_000 }, async () => {
+  const budget = 1 << 20
+  const srv = await startServer([], {
+    config: { network: { dns: [labDNS], budget: '1M' }, templates: { base: { poolSize: 0 }, 'code-interpreter-v1': { poolSize: 0 } } },
+  })
+  const opts = { apiUrl: srv.env.E2B_API_URL, apiKey: srv.apiKey }
+  try {
+    const sbx = await Sandbox.create({ ...opts, timeoutMs: 120_000 })
+    const got = await sbx.commands.run('curl -sS -o /home/user/big http://allowed.test/bytes?n=5000000; stat -c %s /home/user/big', { timeoutMs: 60_000 }).catch((e) => e)
+    const size = Number(got.stdout.trim().split('\n').at(-1))
+    assert.ok(size > 0 && size <= budget, `downloaded ${size} bytes under a budget of ${budget}`)
+    const after = await sbx.commands.run('curl -sS --max-time 5 http://allowed.test/', { timeoutMs: 30_000 }).catch((e) => e)
+    assert.notEqual(after.exitCode, 0, 'egress stays closed past the budget')
+    const { events } = await trail(srv, sbx.sandboxId)
+    const spent = events.find((e) => e.kind === 'budget')
+    assert.ok(spent, 'the trail says the budget was spent')
+    assert.match(spent.rule, /budget of 1048576 bytes/)
+    assert.match(events.at(-1).rule ?? '', /budget is spent/, 'a connection after it is refused for it')
+    await sbx.kill()
+  } finally {
+    await srv.stop()
+  }
+})
