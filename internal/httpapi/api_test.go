@@ -275,6 +275,8 @@ func TestBadInput(t *testing.T) {
 		{"a network rule's unknown secret", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"Authorization":"Bearer ${e2b.secrets.nope}"}}}]}}}`, 400, `no secret named "nope"`},
 		{"a network rule's identity token", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"Authorization":"${e2b.identity.tokens.aws}"}}}]}}}`, 400, "iam"},
 		{"a network rule's bare wildcard", "POST", "/v2/sandboxes", `{"network":{"rules":{"*":[{}]}}}`, 400, "rules: host"},
+		{"a network rule over a public suffix", "POST", "/v2/sandboxes", `{"network":{"rules":{"*.github.io":[{}]}}}`, 400, "public suffix"},
+		{"a network rule over a top-level domain", "POST", "/v2/sandboxes", `{"network":{"rules":{"*.COM":[{}]}}}`, 400, "public suffix"},
 		{"a network rule setting Host", "POST", "/v2/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"Host":"b.com"}}}]}}}`, 400, "Host"},
 		{"iam", "POST", "/v2/sandboxes", `{"iam":{"tokens":{"aws":{"audience":"x","tokenType":"JWT-SVID"}}}}`, 400, "iam"},
 		{"secret without a value", "POST", "/secrets", `{"name":"a"}`, 400, "value"},

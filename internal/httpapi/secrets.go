@@ -3,9 +3,13 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/net/publicsuffix"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/secret"
@@ -173,6 +177,16 @@ func (s *Server) checkRules(raw map[string][]ruleJSON) (map[string][]policy.Tran
 	rules, err := policy.ParseTransforms(in)
 	if err != nil {
 		return nil, err
+	}
+	for host := range rules {
+		// A wildcard over a suffix anyone can register under (com,
+		// github.io) would send the rule's secret to any of them, with a
+		// valid certificate.
+		if base, ok := strings.CutPrefix(host, "*."); ok {
+			if suffix, _ := publicsuffix.PublicSuffix(base); suffix == base {
+				return nil, fmt.Errorf("network.rules: host %q: %q is a public suffix, under which anyone can have a name", host, base)
+			}
+		}
 	}
 	for host, ts := range rules {
 		for _, t := range ts {

@@ -57,9 +57,16 @@ const Resolver = "169.254.0.53"
 
 // CABundle is the system's store of trusted certificates, as Debian and
 // Alpine name it: a sandbox with a network finds the host's egress CA
-// there (package netpolicy's ca.go), and Python's requests and Node are
-// pointed at it (Env).
+// there (package netpolicy's ca.go), beside its system's roots.
 const CABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// TrustEnv points the clients that read bundles of their own at
+// CABundle, for a sandbox whose store holds the system's roots and the
+// egress CA: Python's requests reads certifi's otherwise, Node its
+// compiled-in roots (to which it adds these).
+func TrustEnv() []string {
+	return []string{"REQUESTS_CA_BUNDLE=" + CABundle, "NODE_EXTRA_CA_CERTS=" + CABundle}
+}
 
 // GeneratedEtc are the /etc files written for each sandbox instead of
 // taken from the host: its identities and its network, with a resolver
@@ -101,11 +108,6 @@ func Env(p *policy.Policy) []string {
 		"MPLBACKEND=Agg",
 		fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", threads),
 		fmt.Sprintf("OMP_NUM_THREADS=%d", threads),
-	}
-	if p.Network.Mode != policy.NetNone {
-		// The store that holds the egress CA: requests reads certifi's
-		// own bundle otherwise, and Node its compiled-in roots.
-		env = append(env, "REQUESTS_CA_BUNDLE="+CABundle, "NODE_EXTRA_CA_CERTS="+CABundle)
 	}
 	for _, k := range []string{"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} {
 		if v, ok := os.LookupEnv(k); ok {

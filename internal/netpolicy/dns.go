@@ -181,9 +181,7 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	resp.Compress = true
 	// Pins matter only for names that allowOut opens: others are never
 	// checked against them, and need not cost the daemon memory.
-	// A name with request rules is pinned too: plain HTTP carries a
-	// rule's secret only to an address its name resolved to.
-	pin := allowedByName(pol, name) || pol.TransformsFor(name) != nil
+	pin := allowedByName(pol, name)
 	filtered, addrs := false, 0
 	for _, rr := range up.Answer {
 		// A resolver inside the host's network follows an alias into it

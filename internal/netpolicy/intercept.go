@@ -19,14 +19,18 @@ import (
 // TLS with a certificate of the host's egress CA (ca.go), which the
 // sandbox trusts, and opens its own TLS to the server, verified against
 // the host's roots: a sandbox that sends a rule's name to an address of
-// its choosing gets a connection that fails, never the secret. For plain
-// HTTP, where nothing can be verified, a secret goes only to an address
-// the sandbox's resolver gave for the name.
+// its choosing gets a connection that fails, never the secret. Plain
+// HTTP gets a rule's headers but never a secret: nothing there could be
+// verified, and the secret would cross the network in clear.
 //
-// The secret never enters the sandbox: it is filled in here, and masked
-// ('*' for each byte) wherever the server's answer repeats it, in the
-// headers and the body (which is asked for without compression so that
-// it can be read).
+// The secret is filled in here, as the request leaves (after the proxy
+// has removed the hop-by-hop headers the sandbox named: it cannot strip
+// a rule's header). What the server answers is masked ('*' for each
+// byte) wherever it repeats a secret whole: headers, 1xx headers,
+// trailers and the body, asked for whole (no Range) and uncompressed; a
+// partial or encoded answer is refused (502). That is a safeguard, not
+// the boundary: a server that sends the secret back transformed is not
+// caught. The boundary is that the secret goes only to the rule's host.
 
 // intercept serves a TLS connection to r.name, a host with rules, whose
 // first bytes (the ClientHello) were read as head.
@@ -72,10 +76,21 @@ func (p *proxy) upstreamTLS(ctx context.Context, r *relay) (net.Conn, error) {
 // errSecret: a rule names a secret that cannot be read.
 var errSecret = errors.New("a secret the sandbox's rules name cannot be read")
 
-// transform applies the rules for name to req, and returns the secrets'
-// values it filled in, to be masked in the answer.
-func (p *proxy) transform(req *http.Request, ts []policy.Transform) ([][]byte, error) {
-	var filled [][]byte
+// applied are the rules' headers for a request, with their secrets
+// filled in, and the secrets' values, to be masked in its answer: a
+// context value, set on the way in and read by the proxy's Rewrite and
+// ModifyResponse.
+type applied struct {
+	headers map[string]string
+	secrets [][]byte
+}
+
+type appliedKey struct{}
+
+// fill resolves the rules ts: their headers, each secret placeholder
+// filled in.
+func (p *proxy) fill(ts []policy.Transform) (*applied, error) {
+	ap := &applied{headers: map[string]string{}}
 	secret := func(name string) (string, error) {
 		if p.a.host.secrets == nil {
 			return "", errSecret
@@ -85,7 +100,7 @@ func (p *proxy) transform(req *http.Request, ts []policy.Transform) ([][]byte, e
 			p.a.logger().Warn("a secret of the sandbox's rules cannot be read", "secret", name, "err", err)
 			return "", errSecret
 		}
-		filled = append(filled, []byte(v))
+		ap.secrets = append(ap.secrets, []byte(v))
 		return v, nil
 	}
 	for _, t := range ts {
@@ -94,48 +109,75 @@ func (p *proxy) transform(req *http.Request, ts []policy.Transform) ([][]byte, e
 			if err != nil {
 				return nil, err
 			}
-			req.Header.Set(name, v)
+			ap.headers[name] = v
 		}
 	}
-	if len(filled) > 0 {
-		req.Header.Del("Accept-Encoding") // an answer to read for the secret
-	}
-	return filled, nil
+	return ap, nil
 }
 
-// masked are the secrets of a request, for its answer: a context value.
-type maskedKey struct{}
+// apply sets ap's headers on out, the request as it leaves; with a
+// secret among them, the answer is asked for whole and uncompressed, for
+// maskResponse to read.
+func (ap *applied) apply(out *http.Request) {
+	for name, v := range ap.headers {
+		out.Header.Set(name, v)
+	}
+	if len(ap.secrets) > 0 {
+		out.Header.Del("Accept-Encoding")
+		out.Header.Del("Range")
+		out.Header.Del("If-Range")
+	}
+}
+
+// errPartial: an answer that cannot be searched for the secrets.
+var errPartial = errors.New("an answer to a request with a secret came partial or encoded")
 
 // maskResponse masks the secrets of resp's request in its headers and
-// body.
+// body; one it cannot read whole is refused.
 func maskResponse(resp *http.Response) error {
-	secrets, _ := resp.Request.Context().Value(maskedKey{}).([][]byte)
-	if len(secrets) == 0 {
+	ap, _ := resp.Request.Context().Value(appliedKey{}).(*applied)
+	if ap == nil || len(ap.secrets) == 0 {
 		return nil
 	}
-	for k, vs := range resp.Header {
-		for i, v := range vs {
-			b := []byte(v)
-			mask(b, secrets)
-			resp.Header[k][i] = string(b)
-		}
+	if enc := resp.Header.Get("Content-Encoding"); resp.StatusCode == http.StatusPartialContent || enc != "" && enc != "identity" {
+		resp.Body.Close()
+		return errPartial
 	}
-	resp.Body = newMasker(resp.Body, secrets)
+	maskHeader(resp.Header, ap.secrets)
+	resp.Body = newMasker(resp.Body, ap.secrets)
 	return nil
 }
 
-// mask overwrites every occurrence of a secret in b with '*'s.
+// maskHeader masks every secret in h's values.
+func maskHeader(h http.Header, secrets [][]byte) {
+	for _, vs := range h {
+		for i, v := range vs {
+			b := []byte(v)
+			mask(b, secrets)
+			vs[i] = string(b)
+		}
+	}
+}
+
+// mask overwrites every occurrence of a secret in b with '*'s: all are
+// found in b as it was, then masked, so that two secrets that overlap
+// are both masked whole.
 func mask(b []byte, secrets [][]byte) {
+	type span struct{ from, to int }
+	var spans []span
 	for _, s := range secrets {
-		for i := 0; ; {
+		for i := 0; len(s) > 0; {
 			j := bytes.Index(b[i:], s)
 			if j < 0 {
 				break
 			}
-			for k := range s {
-				b[i+j+k] = '*'
-			}
-			i += j + len(s)
+			spans = append(spans, span{i + j, i + j + len(s)})
+			i += j + 1
+		}
+	}
+	for _, sp := range spans {
+		for k := sp.from; k < sp.to; k++ {
+			b[k] = '*'
 		}
 	}
 }

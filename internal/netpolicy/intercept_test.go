@@ -25,8 +25,23 @@ import (
 func TestInterceptFillsSecrets(t *testing.T) {
 	const secret = "sk-live-0123456789abcdef"
 	web := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
-		io.WriteString(w, r.Host+" got "+r.Header.Get("Authorization")+" encoding "+r.Header.Get("Accept-Encoding"))
+		auth := r.Header.Get("Authorization")
+		switch r.URL.Path {
+		case "/gzip": // compresses whatever it was asked
+			w.Header().Set("Content-Encoding", "gzip")
+			io.WriteString(w, auth)
+			return
+		case "/trailer": // echoes in a 103's header and a trailer
+			w.Header().Set("Link", auth)
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			w.Header().Set("Trailer", "X-Echo")
+			io.WriteString(w, "body")
+			w.Header().Set("X-Echo", auth)
+			return
+		}
+		w.Header().Set("X-Echo", auth)
+		io.WriteString(w, r.Host+" got "+auth+" encoding "+r.Header.Get("Accept-Encoding")+" range "+r.Header.Get("Range"))
 	}))
 	defer web.Close()
 	roots := x509.NewCertPool()
@@ -48,14 +63,15 @@ func TestInterceptFillsSecrets(t *testing.T) {
 	sandboxRoots := x509.NewCertPool()
 	sandboxRoots.AppendCertsFromPEM(ca.PEM())
 	dst := netip.MustParseAddrPort(strings.TrimPrefix(web.URL, "https://"))
-	var getAt func(dst netip.AddrPort, host string) (*http.Response, string)
+	var getAt func(dst netip.AddrPort, host, path, extra string) (*http.Response, string)
+	var early string // the Link of the last 1xx answer
 	// get sends a request for host on a new intercepted connection, with
 	// a forged Authorization of the sandbox's own.
 	get := func(host string) (*http.Response, string) {
 		t.Helper()
-		return getAt(dst, host)
+		return getAt(dst, host, "/", "")
 	}
-	getAt = func(dst netip.AddrPort, host string) (*http.Response, string) {
+	getAt = func(dst netip.AddrPort, host, path, extra string) (*http.Response, string) {
 		t.Helper()
 		client, in := tcpPair(t)
 		r := &relay{in: in, dst: dst, name: "example.com"}
@@ -74,8 +90,13 @@ func TestInterceptFillsSecrets(t *testing.T) {
 		if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "Airlock egress CA") {
 			t.Errorf("certificate issued by %q", issuer)
 		}
-		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: "+host+"\r\nAuthorization: Bearer forged\r\nAccept-Encoding: gzip\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		io.WriteString(tc, "GET "+path+" HTTP/1.1\r\nHost: "+host+"\r\nAuthorization: Bearer forged\r\nAccept-Encoding: gzip\r\nRange: bytes=0-7\r\n"+extra+"\r\n")
+		br := bufio.NewReader(tc)
+		resp, err := http.ReadResponse(br, nil)
+		for err == nil && resp.StatusCode < 200 {
+			early = resp.Header.Get("Link")
+			resp, err = http.ReadResponse(br, nil)
+		}
 		if err != nil {
 			t.Fatalf("GET %s: %v", host, err)
 		}
@@ -85,11 +106,23 @@ func TestInterceptFillsSecrets(t *testing.T) {
 	}
 	resp, body := get("example.com")
 	masked := "Bearer " + strings.Repeat("*", len(secret))
-	if resp.StatusCode != http.StatusOK || body != "example.com got "+masked+" encoding " {
+	if resp.StatusCode != http.StatusOK || body != "example.com got "+masked+" encoding  range " {
 		t.Errorf("through the rule: %d %q", resp.StatusCode, body)
 	}
 	if got := resp.Header.Get("X-Echo"); got != masked {
 		t.Errorf("the answer's header repeats the secret as %q", got)
+	}
+	// The sandbox names the rule's header as hop-by-hop: it is set anyway.
+	if _, body := getAt(dst, "example.com", "/", "Connection: Authorization\r\n"); body != "example.com got "+masked+" encoding  range " {
+		t.Errorf("a rule's header stripped by the sandbox's Connection: %q", body)
+	}
+	// An answer compressed anyway cannot be searched: refused.
+	if resp, body := getAt(dst, "example.com", "/gzip", ""); resp.StatusCode != http.StatusBadGateway || strings.Contains(body, secret) {
+		t.Errorf("a compressed answer: %d %q", resp.StatusCode, body)
+	}
+	// 1xx headers and trailers are masked too.
+	if resp, body := getAt(dst, "example.com", "/trailer", ""); body != "body" || resp.Trailer.Get("X-Echo") != masked || early != masked {
+		t.Errorf("1xx and trailer: %d %q, trailer %q, 103's Link %q", resp.StatusCode, body, resp.Trailer.Get("X-Echo"), early)
 	}
 	// The sandbox sends the rule's name to a server of its choosing,
 	// which cannot prove to be it: the request never reaches it.
@@ -106,7 +139,7 @@ func TestInterceptFillsSecrets(t *testing.T) {
 	evil.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
 	evil.StartTLS()
 	defer evil.Close()
-	if resp, _ := getAt(netip.MustParseAddrPort(strings.TrimPrefix(evil.URL, "https://")), "example.com"); resp.StatusCode != http.StatusBadGateway || reached {
+	if resp, _ := getAt(netip.MustParseAddrPort(strings.TrimPrefix(evil.URL, "https://")), "example.com", "/", ""); resp.StatusCode != http.StatusBadGateway || reached {
 		t.Errorf("a server that is not the rule's host: %d, reached %v", resp.StatusCode, reached)
 	}
 	if resp, _ := get("other.example"); resp.StatusCode != http.StatusForbidden {
@@ -115,6 +148,15 @@ func TestInterceptFillsSecrets(t *testing.T) {
 	delete(secrets, "key") // gone: the request is refused, not sent without it
 	if resp, body := get("example.com"); resp.StatusCode != http.StatusForbidden || strings.Contains(body, "Bearer") {
 		t.Errorf("a rule whose secret is gone: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestMaskOverlapping: two secrets that overlap are both masked whole.
+func TestMaskOverlapping(t *testing.T) {
+	b := []byte("abcXdef")
+	mask(b, [][]byte{[]byte("abcX"), []byte("Xdef")})
+	if string(b) != "*******" {
+		t.Errorf("masked %q", b)
 	}
 }
 

@@ -328,7 +328,7 @@ func (p *proxy) handle(r *relay) {
 // plain connection, or for an intercepted one (secure) the TLS server
 // over it, whose requests must all be for r.name and go on over TLS.
 func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
-	r.http = &http.Transport{
+	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 			defer cancel()
@@ -341,15 +341,23 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 		IdleConnTimeout:     halfClosedIdle,
 		DisableCompression:  true,
 	}
+	p.mu.Lock()
+	r.http = transport // recheck reads it under the lock
+	p.mu.Unlock()
 	rp := &httputil.ReverseProxy{
+		// After the hop-by-hop headers (those the sandbox's Connection
+		// names among them) are gone: the rules' headers are set last.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", r.dst.String()
 			if secure {
 				pr.Out.URL.Scheme = "https"
 			}
 			pr.Out.Host = pr.In.Host
+			if ap, ok := pr.In.Context().Value(appliedKey{}).(*applied); ok {
+				ap.apply(pr.Out)
+			}
 		},
-		Transport:      r.http,
+		Transport:      transport,
 		FlushInterval:  -1,
 		ModifyResponse: maskResponse,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -376,14 +384,15 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 		case secure && name != r.name:
 			// The rules, and the certificate, are r.name's.
 			v = verdict{false, "a request for another host than the connection's"}
-		case v.allow && ts != nil && !secure && !p.a.filter.pins.has(name, r.dst.Addr()):
-			v = verdict{false, "a host with rules, at an address its name did not resolve to here"}
 		case v.allow && ts != nil:
-			filled, err := p.transform(req, ts)
-			if err != nil {
+			ap, err := p.fill(ts)
+			switch {
+			case err != nil:
 				v = verdict{false, err.Error()}
-			} else if len(filled) > 0 {
-				ctx = context.WithValue(ctx, maskedKey{}, filled)
+			case len(ap.secrets) > 0 && !secure:
+				v = verdict{false, "a rule's secret goes only over HTTPS"}
+			default:
+				ctx = context.WithValue(ctx, appliedKey{}, ap)
 			}
 		}
 		p.mu.Lock()
@@ -408,9 +417,15 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 			e.Decision, e.Rule, e.Status = "denied", v.reason, http.StatusForbidden
 			return
 		}
-		e.Intercepted = secure || ctx.Value(maskedKey{}) != nil
+		ap, _ := ctx.Value(appliedKey{}).(*applied)
+		e.Intercepted = secure || ap != nil
 		sw := &statusWriter{ResponseWriter: w}
+		if ap != nil {
+			sw.secrets = ap.secrets
+		}
 		rp.ServeHTTP(sw, req.WithContext(ctx))
+		// Trailers are sent from the header once the handler returns.
+		maskHeader(w.Header(), sw.secrets)
 		e.Status = sw.status
 	})
 	ln := &oneConnListener{c: in, done: make(chan struct{})}
@@ -431,13 +446,15 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 // upgrades) reach the writer beneath.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	secrets [][]byte // masked in every header sent, 1xx ones too
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
+	if w.status == 0 && code >= 200 {
 		w.status = code
 	}
+	maskHeader(w.Header(), w.secrets)
 	w.ResponseWriter.WriteHeader(code)
 }
 

@@ -148,6 +148,9 @@ func Fill(value string, secret func(name string) (string, error)) (string, error
 // case, no final dot), by E2B's precedence: the exact name's, else the
 // longest matching wildcard's; sets are never merged. Nil: none.
 func (n *Network) TransformsFor(host string) []Transform {
+	if strings.Contains(host, "*") {
+		return nil // a name asked for is never a pattern
+	}
 	if ts, ok := n.Rules[host]; ok {
 		return ts
 	}

@@ -677,7 +677,9 @@ test('a web server in a sandbox answers through getHost(port); a private one nee
 })
 
 test('network options Airlock does not implement are refused, naming the field', { skip }, async () => {
-  await assert.rejects(Sandbox.create({ network: { rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } } }), /network\.rules/)
+  // Request rules are implemented (egress.test.mjs); one that names a
+  // secret that does not exist is refused, naming it.
+  await assert.rejects(Sandbox.create({ network: { rules: { 'api.example.com': [{ transform: { headers: { A: '${e2b.secrets.nope}' } } }] } } }), /no secret named "nope"/)
   await assert.rejects(Sandbox.create({ network: { egressProxy: { address: 'proxy.test:1080' } } }), /network\.egressProxy/)
   await assert.rejects(Sandbox.create({ network: { allowOut: ['::/0'] } }), /IPv6/)
   await assert.rejects(Sandbox.create({ network: { allowOut: ['not a name'] } }), /allowOut/)

@@ -35,6 +35,10 @@ type bundle struct {
 	overlay int64
 	// agent: the agent's directory (agentdir.go) of an agent sandbox.
 	agent *agentDir
+	// trusted: the sandbox's store of certificates holds its system's
+	// roots and the egress CA (TrustCA), so the clients that read their
+	// own bundles are pointed at it (layout.TrustEnv).
+	trusted bool
 }
 
 // agentDir is where the bundle's agent directory is mounted.

@@ -44,7 +44,7 @@ type etcEntry struct {
 // slow on these VMs (a walk that stats all ~800 entries costs 5 ms), so
 // the fingerprint skips the links, most of them: a link cannot change in
 // place, only be replaced, which changes its directory's mtime.
-func etcDir(stateDir string, networked bool, trust []byte) (string, error) {
+func etcDir(stateDir string, networked bool, trust []byte) (dir string, trusted bool, err error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "airlock etc copy %d\n", etcCopyVersion)
 	fmt.Fprintf(h, "trust %d\n", len(trust))
@@ -82,30 +82,45 @@ func etcDir(stateDir string, networked bool, trust []byte) (string, error) {
 			return nil
 		})
 	}
-	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:16])
+	dir = filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:16])
+	// A copy that holds the CA in its store says so beside it.
+	marker := dir + ".trusted"
 	if _, err := os.Stat(dir); err == nil {
-		return dir, nil
+		_, merr := os.Stat(marker)
+		return dir, trust != nil && merr == nil, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return "", err
+		return "", false, err
 	}
 	// Built aside and renamed into place: a sandbox never sees half a copy,
 	// and of two builders at once, one wins and the other's goes.
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".new-")
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	if err := buildEtc(tmp, generated, entries, trust); err != nil {
+	if err := buildEtc(tmp, generated, entries); err != nil {
 		os.RemoveAll(tmp)
-		return "", fmt.Errorf("sandbox /etc: %w", err)
+		return "", false, fmt.Errorf("sandbox /etc: %w", err)
+	}
+	if trust != nil {
+		if trusted, err = addTrust(tmp, trust); err != nil {
+			os.RemoveAll(tmp)
+			return "", false, fmt.Errorf("sandbox /etc: %w", err)
+		}
+		if trusted {
+			if err := os.WriteFile(marker, nil, 0o600); err != nil {
+				os.RemoveAll(tmp)
+				return "", false, err
+			}
+		}
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
 		if _, serr := os.Stat(dir); serr != nil {
-			return "", err
+			return "", false, err
 		}
 	}
-	return dir, nil
+	return dir, trusted, nil
 }
 
 // sandboxVisible reports whether uid 1000 could reach fi through a
@@ -121,7 +136,7 @@ func sandboxVisible(fi fs.FileInfo) bool {
 	return false
 }
 
-func buildEtc(dir string, generated map[string][]byte, entries []etcEntry, trust []byte) error {
+func buildEtc(dir string, generated map[string][]byte, entries []etcEntry) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
@@ -154,27 +169,35 @@ func buildEtc(dir string, generated map[string][]byte, entries []etcEntry, trust
 			return err
 		}
 	}
-	if trust != nil {
-		// The egress CA beside the host's roots, in the copy of its store
-		// (a regular file, copied, never a link: Lstat), or alone.
-		store := filepath.Join(dir, strings.TrimPrefix(layout.CABundle, "/etc/"))
-		if fi, err := os.Lstat(store); err == nil && !fi.Mode().IsRegular() {
-			return nil
-		}
-		if err := os.MkdirAll(filepath.Dir(store), 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(store, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
-		if err != nil {
-			return err
-		}
-		_, err = f.Write(append([]byte("\n"), trust...))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
-	}
 	return nil
+}
+
+// addTrust appends the egress CA to the store of the copy dir, and
+// reports whether it did: only to a regular file reached without a link.
+// The copy keeps the host's links as they are (they resolve inside the
+// sandbox), and the daemon must not follow them on the host: where the
+// store is behind one (/etc/ssl/certs -> ../pki/…), the copy goes without.
+func addTrust(dir string, trust []byte) (bool, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC})
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	rel := strings.TrimPrefix(layout.CABundle, "/etc/")
+	f, err := unix.Openat2(fd, rel, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_APPEND | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return false, nil // none, or behind a link
+	}
+	store := os.NewFile(uintptr(f), rel)
+	defer store.Close()
+	if fi, err := store.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return false, nil
+	}
+	if _, err := store.Write(append([]byte("\n"), trust...)); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // copyPerm is the mode of a copy: the original's, never writable by

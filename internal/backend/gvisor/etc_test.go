@@ -17,7 +17,7 @@ func TestEtcCopy(t *testing.T) {
 		t.Skip("needs root (CI runs as root): it reads all of /etc")
 	}
 	stateDir := t.TempDir()
-	dir, err := etcDir(stateDir, false, nil)
+	dir, _, err := etcDir(stateDir, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestEtcCopy(t *testing.T) {
 			t.Error("/etc/ssl/private was copied")
 		}
 	}
-	again, err := etcDir(stateDir, false, nil)
+	again, _, err := etcDir(stateDir, false, nil)
 	if err != nil || again != dir {
 		t.Errorf("second call: %q %v, want the same copy %q", again, err, dir)
 	}

@@ -96,9 +96,11 @@ func (b *bundle) imageRoot(p *policy.Policy, networked bool, trust []byte, extra
 	// verifications of intercepted hosts fail, nothing else.
 	var certs []byte
 	var cerr error
+	// An image without a store is left without one: the CA alone would be
+	// all that REQUESTS_CA_BUNDLE's clients trust.
 	if trust != nil {
-		if certs, cerr = readImageFile(rootfs, layout.CABundle[1:]); cerr == nil && !bytes.Contains(certs, trust) {
-			if len(certs) > 0 && certs[len(certs)-1] != '\n' {
+		if certs, cerr = readImageFile(rootfs, layout.CABundle[1:]); cerr == nil && len(certs) > 0 && !bytes.Contains(certs, trust) {
+			if certs[len(certs)-1] != '\n' {
 				certs = append(certs, '\n')
 			}
 			certs = append(certs, trust...)
@@ -122,10 +124,11 @@ func (b *bundle) imageRoot(p *policy.Policy, networked bool, trust []byte, extra
 	if err := b.etcFile(gen, top, "group", group, &mounts); err != nil {
 		return nil, err
 	}
-	if trust != nil && cerr == nil {
+	if trust != nil && cerr == nil && len(certs) > 0 {
 		if err := b.etcFile(gen, top, strings.TrimPrefix(layout.CABundle, "/etc/"), certs, &mounts); err != nil {
 			return nil, err
 		}
+		b.trusted = true
 	}
 	if err := mountOverlay(rootfs, lowers); err != nil {
 		return nil, err

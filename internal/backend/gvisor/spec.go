@@ -52,10 +52,11 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 			}
 		}
 	}
-	etc, err := etcDir(be.stateDir, spec.NetNS != nil, be.trustOf(spec.NetNS != nil))
+	etc, trusted, err := etcDir(be.stateDir, spec.NetNS != nil, be.trustOf(spec.NetNS != nil))
 	if err != nil {
 		return err
 	}
+	b.trusted = trusted
 	mounts = append(mounts, specs.Mount{Destination: "/etc", Type: "bind", Source: etc, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	code, err := b.codeMount(spec)
 	if err != nil {
@@ -87,6 +88,14 @@ func (be *Backend) writeBundle(b *bundle, spec *backend.Spec, extra ...specs.Mou
 	return be.writeConfig(b, spec, mounts)
 }
 
+// env is the environment of b's process under p.
+func (b *bundle) env(p *policy.Policy) []string {
+	if b.trusted {
+		return layout.MergeEnv(layout.Env(p), layout.TrustEnv())
+	}
+	return layout.Env(p)
+}
+
 // writeConfig writes the bundle's config.json: spec's process under its
 // policy, with mounts.
 func (be *Backend) writeConfig(b *bundle, spec *backend.Spec, mounts []specs.Mount) error {
@@ -103,7 +112,7 @@ func (be *Backend) writeConfig(b *bundle, spec *backend.Spec, mounts []specs.Mou
 		Root: &specs.Root{Path: "rootfs", Readonly: !b.image},
 		Process: &specs.Process{
 			Args:            spec.Argv,
-			Env:             layout.Env(p),
+			Env:             b.env(p),
 			Cwd:             p.Workdir,
 			User:            specs.User{UID: layout.UID, GID: layout.GID, AdditionalGids: []uint32{layout.GID}},
 			Capabilities:    noCaps(),

@@ -199,15 +199,17 @@ func initConfig(spec *spec, bin *sandboxbin.Binary) nsinit.Config {
 	// The CA goes into the image's own store; the host's root gets the
 	// host's store with it, mounted over the host's (last: TrustMount).
 	var trustPEM []byte
-	trustMount := spec.trust.pem != nil && len(p.RootLayers) == 0
+	env := layout.Env(p)
+	trustMount := spec.trust.pem != nil && len(p.RootLayers) == 0 && spec.trust.bundle != ""
 	if trustMount {
 		mounts = append(slices.Clip(mounts), policy.Mount{Source: spec.trust.bundle, Target: layout.CABundle, ReadOnly: true})
-	} else {
-		trustPEM = spec.trust.pem
+		env = layout.MergeEnv(env, layout.TrustEnv())
+	} else if len(p.RootLayers) > 0 {
+		trustPEM = spec.trust.pem // init adds TrustEnv where the image has a store
 	}
 	return nsinit.Config{
 		Argv:           spec.Argv,
-		Env:            layout.Env(p),
+		Env:            env,
 		Workdir:        p.Workdir,
 		Hostname:       layout.Hostname,
 		RootDir:        RootMountDir,

@@ -35,7 +35,14 @@ func (b *Backend) TrustCA(pem []byte) error {
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("the host's certificates: %w", err)
 	}
-	if len(host) > 0 && !bytes.HasSuffix(host, []byte("\n")) {
+	if len(host) == 0 {
+		// No store on the host: a root of the host's entries has none to
+		// add the CA to (an image's may).
+		b.log.Warn("the host has no store of certificates: sandboxes on its /usr do not trust the egress CA", "store", layout.CABundle)
+		b.trust = trust{pem: pem}
+		return nil
+	}
+	if !bytes.HasSuffix(host, []byte("\n")) {
 		host = append(host, '\n')
 	}
 	dir := filepath.Join(b.stateDir, "trust")

@@ -139,40 +139,63 @@ func (r *rootBuilder) appendMissing(rel, prefix, line string) {
 	r.write(rel, append(data, line...), 0o644)
 }
 
-// appendOnce adds block to the image's file rel unless it holds it
-// already (a root made from a snapshot of a sandbox that had it), making
-// the file where there is none. It runs inside the image's root, where
-// following its links reaches nothing of the host; a link to anything but
-// a regular file (a FIFO, a device) is left alone: a store the sandbox
-// broke only fails the sandbox's own verifications.
-func (r *rootBuilder) appendOnce(rel string, block []byte) {
+// addTrust adds the egress CA (block) to the image's store rel, unless
+// it holds it already (a root made from a snapshot of a sandbox that had
+// it), and reports whether the store now holds the image's roots and the
+// CA. An image without a store, or whose store is anything but a regular
+// file reached without a link, is left as it is: only the sandbox's own
+// verifications of intercepted hosts fail. The store is replaced, never
+// written through (a new file renamed over it).
+func (r *rootBuilder) addTrust(rel string, block []byte) bool {
 	if r.err != nil {
-		return
+		return false
 	}
-	f, err := os.OpenFile(r.path(rel), os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if os.IsNotExist(err) {
-		if err := os.MkdirAll(filepath.Dir(r.path(rel)), 0o755); err != nil {
-			return
-		}
-		r.write(rel, block, 0o644)
-		return
-	}
+	root, err := unix.Open(r.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return false
 	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), rel)
 	fi, err := f.Stat()
 	var data []byte
-	if err == nil && fi.Mode().IsRegular() && fi.Size() < 16<<20 {
+	if err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && fi.Size() < 16<<20 {
 		data, err = io.ReadAll(f)
 	}
 	f.Close()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() >= 16<<20 || bytes.Contains(data, block) {
-		return
+	switch {
+	case err != nil || len(data) == 0:
+		return false
+	case bytes.Contains(data, block):
+		return true
 	}
-	if len(data) > 0 && data[len(data)-1] != '\n' {
+	if data[len(data)-1] != '\n' {
 		data = append(data, '\n')
 	}
-	r.write(rel, append(data, block...), 0o644)
+	// Its directory has no link (openat2 said so); the new file's name is
+	// made afresh, never opened through whatever the image put there.
+	tmp := r.path(rel + ".airlock-new")
+	os.Remove(tmp)
+	nf, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fi.Mode().Perm())
+	if err == nil {
+		_, err = nf.Write(append(data, block...))
+		if cerr := nf.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, r.path(rel))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		r.fail("add the egress CA to %s: %w", rel, err)
+		return false
+	}
+	return true
 }
 
 // sendUpper sends the host, on the layers' socket, a descriptor of the

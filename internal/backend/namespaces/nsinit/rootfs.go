@@ -120,15 +120,17 @@ func buildImageRoot(dir string, c *Config, mounts []int, layers []int, layerSock
 		return err
 	}
 	r := &rootBuilder{dir: "/"}
+	// Before /proc and /dev are there: the image's links reach only the
+	// image's files.
+	if c.TrustPEM != nil && r.addTrust(layout.CABundle[1:], c.TrustPEM) {
+		c.Env = layout.MergeEnv(c.Env, layout.TrustEnv())
+	}
 	r.mkdir("proc", 0o555)
 	r.attach(proc, "proc")
 	delete(devs, "proc")
 	r.buildDev(devs)
 	clear(devs) // attached, and closed, by buildDev
 	r.imageEtc(c.Networked)
-	if c.TrustPEM != nil {
-		r.appendOnce(layout.CABundle[1:], c.TrustPEM)
-	}
 	r.mkdir("tmp", 0o1777)
 	r.mkdir(layout.Home[1:], 0o700)
 	r.chown(layout.Home[1:], layout.UID, layout.GID)
