@@ -73,7 +73,7 @@ func TestSweepKeepsLivingAndRecentTrails(t *testing.T) {
 func TestProposeNamesWhatWasReached(t *testing.T) {
 	events := []Event{
 		{Kind: "dns", Name: "pypi.org", Decision: "allowed", Answers: []string{"203.0.113.10"}},
-		{Kind: "connection", Addr: "203.0.113.10", Port: 443, Decision: "allowed"},              // named by its lookup
+		{Kind: "connection", Addr: "203.0.113.10", Port: 443, Decision: "allowed"},             // named by its lookup
 		{Kind: "connection", Name: "files.example", Addr: "203.0.113.11", Decision: "allowed"}, // by its server name
 		{Kind: "connection", Addr: "198.51.100.7", Port: 7000, Decision: "allowed"},            // by address
 		{Kind: "connection", Addr: "169.254.169.254", Port: 80, Decision: "denied"},            // never proposed
