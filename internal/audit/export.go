@@ -42,7 +42,7 @@ func Propose(events []Event) Allowlist {
 		}
 		if host == "" {
 			a, err := netip.ParseAddr(e.Addr)
-			if err != nil || reserved(a) {
+			if err != nil || policy.IsReserved(a) {
 				continue
 			}
 			host = a.String()
@@ -62,16 +62,6 @@ func Propose(events []Event) Allowlist {
 	slices.Sort(out.AllowOut)
 	slices.Sort(out.Denied)
 	return out
-}
-
-func reserved(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range policy.Reserved {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return !a.Is4()
 }
 
 // OTLP types: the JSON encoding of OpenTelemetry's logs (LogsData), as a

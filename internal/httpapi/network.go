@@ -2,12 +2,16 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentproto"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -58,12 +62,48 @@ type networkBody struct {
 	MaskRequestHost    *string         `json:"maskRequestHost"`
 	HTTPSPorts         []int           `json:"httpsPorts"`
 	Rules              json.RawMessage `json:"rules"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
 }
 
 // The fields of E2B's network object that Airlock implements: egress
-// rules, request rules and ingress options. egressProxy is refused by
-// refuseUnknown.
-var networkFields = []string{"allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "httpsPorts", "rules"}
+// rules, request rules, the egress proxy and ingress options.
+var networkFields = []string{"allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "httpsPorts", "rules", "egressProxy"}
+
+// egressProxy reads E2B's network.egressProxy, strictly, and checks that
+// its address is a public one: a name must resolve (by the host's
+// resolver) to public addresses only. Where the daemon connects to it,
+// the address it resolves to then is checked again.
+func egressProxy(ctx context.Context, raw json.RawMessage) (*policy.EgressProxy, error) {
+	if isEmptyJSON(raw) || len(raw) == 0 {
+		return nil, nil
+	}
+	var ep policy.EgressProxy
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ep); err != nil {
+		return nil, fmt.Errorf("network.egressProxy: %v", err)
+	}
+	if err := ep.Check(); err != nil {
+		return nil, fmt.Errorf("network.%v", err)
+	}
+	host, _, _ := net.SplitHostPort(ep.Address)
+	addrs := []netip.Addr{}
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = append(addrs, a)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip4", host); err != nil || len(addrs) == 0 {
+			return nil, fmt.Errorf("network.egressProxy.address: %q does not resolve", host)
+		}
+	}
+	for _, a := range addrs {
+		if policy.IsReserved(a) {
+			return nil, fmt.Errorf("network.egressProxy.address: %s is a private or reserved address: the proxy must be on the internet", a)
+		}
+	}
+	return &ep, nil
+}
 
 // ruleJSON is E2B's SandboxNetworkRule.
 type ruleJSON struct {
@@ -175,6 +215,7 @@ func (b *networkBody) ingress() (sandbox.Ingress, error) {
 // networkInfo is the network object of getInfo.
 type networkInfo struct {
 	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
+	EgressProxy        *egressProxyInfo      `json:"egressProxy,omitempty"`
 	AllowOut           []string              `json:"allowOut,omitempty"`
 	DenyOut            []string              `json:"denyOut,omitempty"`
 	AllowPublicTraffic bool                  `json:"allowPublicTraffic"`
@@ -188,6 +229,9 @@ func networkOf(sb *sandbox.Sandbox) (internet bool, info networkInfo) {
 		AllowOut: policy.Strings(n.AllowOut), DenyOut: policy.Strings(n.DenyOut),
 		AllowPublicTraffic: sb.Ingress.Public, MaskRequestHost: sb.Ingress.MaskHost, HTTPSPorts: sb.Ingress.HTTPSPorts,
 	}
+	if ep := n.EgressProxy; ep != nil {
+		info.EgressProxy = &egressProxyInfo{Address: ep.Address, Username: ep.Username} // never the password
+	}
 	if len(n.Rules) > 0 {
 		info.Rules = map[string][]ruleJSON{}
 		for host, ts := range n.Rules {
@@ -199,6 +243,12 @@ func networkOf(sb *sandbox.Sandbox) (internet bool, info networkInfo) {
 	return n.Mode == policy.NetInternet, info
 }
 
+// egressProxyInfo is E2B's SandboxEgressProxyInfo.
+type egressProxyInfo struct {
+	Address  string `json:"address"`
+	Username string `json:"username,omitempty"`
+}
+
 // updateNetwork is PUT /sandboxes/{id}/network: the sandbox's egress
 // policy replaced at once, every field omitted cleared.
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
@@ -206,7 +256,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := refuseUnknown(raw, []string{"allow_internet_access", "allowOut", "denyOut", "rules"}, ""); err != nil {
+	if err := refuseUnknown(raw, []string{"allow_internet_access", "allowOut", "denyOut", "rules", "egressProxy"}, ""); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
@@ -215,6 +265,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		AllowOut            *[]string       `json:"allowOut"`
 		DenyOut             *[]string       `json:"denyOut"`
 		Rules               json.RawMessage `json:"rules"`
+		EgressProxy         json.RawMessage `json:"egressProxy"`
 	}
 	if err := json.Unmarshal(raw, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
@@ -226,6 +277,10 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n.Rules, err = s.requestRules(b.Rules); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if n.EgressProxy, err = egressProxy(r.Context(), b.EgressProxy); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}

@@ -129,6 +129,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "network.rules need a network: this sandbox would have loopback only")
 			return
 		}
+		if netPol.EgressProxy, err = egressProxy(r.Context(), nb.EgressProxy); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if netPol.EgressProxy != nil && netPol.Mode == policy.NetNone {
+			writeError(w, http.StatusBadRequest, "network.egressProxy needs a network: this sandbox would have loopback only")
+			return
+		}
 	}
 	ingress, err := nb.ingress()
 	if err != nil {

@@ -61,7 +61,7 @@ func (p *proxy) intercept(r *relay, head []byte) {
 func (p *proxy) upstreamTLS(ctx context.Context, r *relay) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	c, err := p.dialer.DialContext(ctx, "tcp4", r.dst.String())
+	c, err := p.dial(ctx, r.dst)
 	if err != nil {
 		return nil, err
 	}

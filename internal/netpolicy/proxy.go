@@ -284,7 +284,7 @@ func (p *proxy) handle(r *relay) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
-	out, err := p.dialer.DialContext(ctx, "tcp4", dst.String())
+	out, err := p.dial(ctx, dst)
 	cancel()
 	if err != nil {
 		p.a.logger().Info("connection failed", "dst", dst, "name", r.name, "err", err)
@@ -332,7 +332,7 @@ func (p *proxy) serveHTTP(r *relay, in net.Conn, secure bool) {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 			defer cancel()
-			return p.dialer.DialContext(ctx, "tcp4", r.dst.String())
+			return p.dial(ctx, r.dst)
 		},
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return p.upstreamTLS(ctx, r)

@@ -57,6 +57,15 @@ const (
 	HTTPPort   = 80
 	HTTPSPort  = 443
 	BannerPort = 7000 // a TCP server that writes one line and closes
+	// SOCKSPort is a SOCKS5 proxy (RFC 1928) that wants SOCKSUser and
+	// SOCKSPassword (RFC 1929) and connects to what it is asked.
+	SOCKSPort = 1080
+)
+
+// The lab SOCKS5 proxy's credentials.
+const (
+	SOCKSUser     = "lab"
+	SOCKSPassword = "lab-pass"
 )
 
 // Names the internet's DNS answers; every other name is NXDOMAIN.
@@ -252,7 +261,7 @@ func (l *Lab) startServers() error {
 	if err := os.WriteFile(l.CAFile, ca, 0o644); err != nil {
 		return err
 	}
-	var httpLn, tlsLn, bannerLn net.Listener
+	var httpLn, tlsLn, bannerLn, socksLn net.Listener
 	var dnsPC net.PacketConn
 	var dnsLn net.Listener
 	err = Do(l.Internet, func() error {
@@ -265,6 +274,10 @@ func (l *Lab) startServers() error {
 			return err
 		}
 		l.closers = append(l.closers, tlsLn)
+		if socksLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", SOCKSPort)); err != nil {
+			return err
+		}
+		l.closers = append(l.closers, socksLn)
 		if bannerLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", BannerPort)); err != nil {
 			return err
 		}
@@ -287,6 +300,8 @@ func (l *Lab) startServers() error {
 		return fmt.Errorf("lab package servers: %w", err)
 	}
 	l.serveWeb(httpLn, tlsLn, bannerLn, certs, pkgs)
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); serveSOCKS(socksLn) }()
 	return l.serveDNS(dnsPC, dnsLn)
 }
 
@@ -346,8 +361,9 @@ func (l *Lab) serveWeb(httpLn, tlsLn, bannerLn net.Listener, certs []tls.Certifi
 
 // logRequest writes r down in HTTPLog.
 func (l *Lab) logRequest(r *http.Request) {
+	from, _, _ := net.SplitHostPort(r.RemoteAddr)
 	line, _ := json.Marshal(map[string]any{"host": r.Host, "path": r.URL.Path, "tls": r.TLS != nil,
-		"authorization": r.Header.Get("Authorization")})
+		"authorization": r.Header.Get("Authorization"), "from": from})
 	l.httpLog.Lock()
 	defer l.httpLog.Unlock()
 	f, err := os.OpenFile(l.HTTPLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)

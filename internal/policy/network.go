@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -36,6 +38,44 @@ type Network struct {
 	// (ParseTransforms). They grant no egress: AllowOut or the mode must
 	// let the host be reached.
 	Rules map[string][]Transform `json:",omitempty"`
+	// EgressProxy, if set, carries the sandbox's TCP egress: the daemon
+	// dials its destinations through this SOCKS5 proxy of the user's
+	// (E2B's network.egressProxy), after the policy allowed them.
+	EgressProxy *EgressProxy `json:",omitempty"`
+}
+
+// EgressProxy is a SOCKS5 proxy, with its credentials if it needs them.
+type EgressProxy struct {
+	Address  string `json:"address"` // host:port
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// Check reports the first problem with e.
+func (e *EgressProxy) Check() error {
+	host, port, err := net.SplitHostPort(e.Address)
+	if err != nil || host == "" {
+		return fmt.Errorf("egressProxy.address %q is not host:port", e.Address)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("egressProxy.address %q: %q is not a port", e.Address, port)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if !a.Unmap().Is4() {
+			return fmt.Errorf("egressProxy.address %q: sandboxes' egress is IPv4 only", e.Address)
+		}
+	} else if err := checkName(strings.ToLower(strings.TrimSuffix(host, "."))); err != nil {
+		return fmt.Errorf("egressProxy.address %q: %v", e.Address, err)
+	}
+	switch {
+	case e.Password != "" && e.Username == "":
+		return errors.New("egressProxy: a password needs a username")
+	case len(e.Username) > 255 || len(e.Password) > 255:
+		return errors.New("egressProxy: SOCKS5 takes a username and a password of at most 255 bytes each")
+	case !ValidHeaderValue(e.Username) || !ValidHeaderValue(e.Password):
+		return errors.New("egressProxy: the username and password may not hold control characters")
+	}
+	return nil
 }
 
 // Rule is a destination: an address prefix, or a DNS name. A name that
@@ -123,6 +163,21 @@ func (r Rule) MatchAddr(a netip.Addr) bool {
 // AllTraffic is E2B's ALL_TRAFFIC, the rule for every destination.
 var AllTraffic = netip.MustParsePrefix("0.0.0.0/0")
 
+// IsReserved reports whether a is in a reserved range (private, CGNAT,
+// loopback, link-local and metadata, multicast, …), or not IPv4.
+func IsReserved(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.Is4() {
+		return true
+	}
+	for _, p := range Reserved {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // NamesReserved reports whether address rule r may open the closed
 // destinations it covers (reserved ranges, the host's addresses, other
 // sandboxes): only a rule that names them does, a single address or a
@@ -207,6 +262,14 @@ func (n *Network) Validate() error {
 	}
 	if _, err := ParseTransforms(n.Rules); err != nil {
 		return err
+	}
+	if n.EgressProxy != nil {
+		if n.Mode == NetNone {
+			return errors.New("egressProxy needs a network: this sandbox has loopback only")
+		}
+		if err := n.EgressProxy.Check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -415,3 +415,36 @@ test('a budget ends a transfer at its limit', { skip, timeout: 120_000 }, async 
     await srv.stop()
   }
 })
+
+test("egressProxy: the sandbox's TCP goes through the user's SOCKS5 proxy, and nowhere else", { skip, timeout: 120_000 }, async () => {
+  // The lab's SOCKS5 proxy on other.test's address; the lab's servers
+  // see a connection through it come from the lab, not from the host.
+  const proxy = { address: '203.0.113.30:1080', username: 'lab', password: 'lab-pass' }
+  const fetchFrom = async (sbx) => {
+    const mark = labLog().length
+    const r = await sbx.commands.run('curl -sS --max-time 10 http://allowed.test/headers', { timeoutMs: 30_000 }).catch((e) => e)
+    return { code: r.exitCode, sent: since(mark, 'allowed.test') }
+  }
+  await assert.rejects(Sandbox.create({ network: { egressProxy: { address: '10.99.0.5:1080' } } }), /private or reserved/)
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { egressProxy: proxy } })
+  try {
+    const info = await sbx.getInfo()
+    assert.deepEqual(info.network?.egressProxy, { address: proxy.address, username: 'lab' }, 'getInfo never answers the password')
+    let { code, sent } = await fetchFrom(sbx)
+    assert.equal(code, 0)
+    assert.equal(sent.length, 1)
+    assert.notEqual(sent[0].from, '203.0.113.2', 'the request came through the proxy, not from the host')
+    // Wrong credentials: the proxy refuses, and nothing goes out directly.
+    await sbx.updateNetwork({ egressProxy: { ...proxy, password: 'wrong' } })
+    ;({ code, sent } = await fetchFrom(sbx))
+    assert.notEqual(code, 0)
+    assert.equal(sent.length, 0, 'a refusing proxy fails closed')
+    // Without one: straight from the host again.
+    await sbx.updateNetwork({})
+    ;({ code, sent } = await fetchFrom(sbx))
+    assert.equal(code, 0)
+    assert.equal(sent[0]?.from, '203.0.113.2')
+  } finally {
+    await sbx.kill()
+  }
+})

@@ -10,7 +10,8 @@
 // the TLS servers' certificates) and AIRLOCK_LAB_DNS_LOG (a file of every
 // name the DNS server was asked, one a line with its type: "A x.test") and
 // AIRLOCK_LAB_HTTP_LOG (a file of every request the web servers answered,
-// one JSON object a line: host, path, tls, authorization).
+// one JSON object a line: host, path, tls, authorization, from). Every lab
+// address has a SOCKS5 proxy on port 1080 (user lab, password lab-pass).
 // netlab exits with the command's status.
 package main
 
