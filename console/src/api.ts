@@ -93,6 +93,27 @@ export interface VolumeEntry {
 }
 
 export const listVolumes = () => api<Volume[]>('/volumes')
+
+// A sandbox's audit trail (Airlock's own route): egress decisions and
+// API actions, and the allowlist that covers what it reached.
+export interface AuditEvent {
+  time: string
+  kind: string
+  proto?: string
+  name?: string
+  addr?: string
+  port?: number
+  decision?: string
+  rule?: string
+  sent?: number
+  received?: number
+  status?: number
+  actor?: string
+  action?: string
+  count?: number
+}
+export const auditOf = (id: string) => api<{ events: AuditEvent[] }>(`/sandboxes/${encodeURIComponent(id)}/audit`)
+export const allowlistOf = (id: string) => api<{ allowOut: string[]; denied: string[] }>(`/sandboxes/${encodeURIComponent(id)}/audit/allowlist`)
 export const listVolumeDir = (id: string, path: string) =>
   api<VolumeEntry[]>(`/volumecontent/${encodeURIComponent(id)}/dir?path=${encodeURIComponent(path)}`)
 

@@ -1,8 +1,10 @@
 // One sandbox: its metrics over the last quarter hour as small charts,
-// its processes, and its files (list, download, upload).
+// its processes, its files (list, download, upload), and its audit trail
+// (what it reached or tried to, the API's actions on it) with the
+// allowlist that covers it.
 import { useEffect, useState } from 'preact/hooks'
 import type { Sandbox } from 'e2b'
-import { api, bytes, connect, metricsOf, type Listed, type Metric } from './api'
+import { allowlistOf, api, auditOf, bytes, connect, metricsOf, type AuditEvent, type Listed, type Metric } from './api'
 import { usePoll } from './poll'
 
 // Spark draws values (oldest first) as a line in an SVG of its own; the
@@ -97,6 +99,43 @@ function Files({ sbx }: { sbx: Sandbox }) {
   )
 }
 
+// Audit shows the trail's last events, newest first, and the allowlist
+// that covers every host the sandbox reached.
+function Audit({ id }: { id: string }) {
+  const [events, setEvents] = useState<AuditEvent[]>([])
+  const [allow, setAllow] = useState<string[]>([])
+  const [error, setError] = useState('')
+  usePoll((wanted) => Promise.all([auditOf(id), allowlistOf(id)]).then(([t, a]) => {
+    if (!wanted()) return
+    setEvents(t.events.slice(-200).reverse())
+    setAllow(a.allowOut)
+    setError('')
+  }).catch((e) => { if (wanted()) setError(String(e)) }), 5000, [id])
+  const what = (e: AuditEvent) => e.kind === 'api'
+    ? `${e.action ?? ''} by ${e.actor ?? ''}`
+    : [e.proto, e.name, e.addr && `${e.addr}${e.port ? ':' + e.port : ''}`].filter(Boolean).join(' ')
+  return (
+    <div class="audit">
+      {error && <p class="error">{error}</p>}
+      <p>Allowlist that covers what it reached: <code>{allow.length ? allow.join(', ') : '(nothing yet)'}</code></p>
+      <table>
+        <thead><tr><th>time</th><th>kind</th><th>what</th><th>decision</th><th>bytes out / in</th></tr></thead>
+        <tbody>
+          {events.map((e) => (
+            <tr class={e.decision === 'denied' ? 'denied' : ''}>
+              <td>{new Date(e.time).toLocaleTimeString()}</td>
+              <td>{e.kind}</td>
+              <td>{what(e)}</td>
+              <td>{e.kind === 'api' ? String(e.status ?? '') : [e.decision, e.rule].filter(Boolean).join(': ')}{e.kind === 'dropped' ? `${e.count} not kept` : ''}</td>
+              <td>{e.sent || e.received ? `${bytes(e.sent ?? 0)} / ${bytes(e.received ?? 0)}` : ''}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  )
+}
+
 export function SandboxPage({ id }: { id: string }) {
   const [sbx, setSbx] = useState<Sandbox | null>(null)
   const [error, setError] = useState('')
@@ -120,6 +159,8 @@ export function SandboxPage({ id }: { id: string }) {
           <div><h3>Files</h3><Files sbx={sbx} /></div>
         </div>
       )}
+      <h3>Audit trail</h3>
+      <Audit id={id} />
     </section>
   )
 }

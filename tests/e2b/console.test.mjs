@@ -3,7 +3,8 @@
 // see a sandbox created by the SDK appear; in the playground create one,
 // run a matplotlib cell (an <img> whose PNG decodes), a DataFrame (its
 // table inside the isolated frame), a cell whose HTML tries to script the
-// console (it cannot), a terminal (echo hi); a sandbox's page; the pools;
+// console (it cannot), a terminal (echo hi); a sandbox's page with its
+// audit trail; the pools;
 // kill a sandbox and see it leave; a volume's files. Screenshots of each page go to
 // AIRLOCK_SCREENSHOTS (default: a temporary directory, printed).
 import { test, before, after } from 'node:test'
@@ -144,6 +145,8 @@ display(HTML('<b id="probe">html</b><script>parent.document.title = "owned"; win
   await page.locator('.metrics svg').first().waitFor()
   await page.locator('.procs tbody tr', { hasText: 'sleep 600' }).waitFor()
   await page.locator('.files button', { hasText: 'notes.txt' }).waitFor()
+  // Its audit trail: the create, by the key the console holds.
+  await page.locator('.audit tbody tr', { hasText: /POST \/(v2\/)?sandboxes by key sha256:/ }).waitFor()
   await shot('sandbox')
   await Sandbox.kill(id)
 })
