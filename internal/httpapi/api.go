@@ -161,16 +161,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // bearer token as MCP clients do.
 func (s *Server) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-API-KEY")
-		if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); key == "" && ok && strings.EqualFold(scheme, "Bearer") {
-			key = token
-		}
+		key := requestKey(r)
 		if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
 			writeError(w, http.StatusUnauthorized, "invalid or missing API key (X-API-KEY or Authorization: Bearer)")
 			return
 		}
 		h(w, r)
 	})
+}
+
+// requestKey is the API key r presents: X-API-KEY, or a bearer token.
+func requestKey(r *http.Request) string {
+	key := r.Header.Get("X-API-KEY")
+	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); key == "" && ok && strings.EqualFold(scheme, "Bearer") {
+		key = token
+	}
+	return key
 }
 
 // HandlePublic serves h at pattern to anyone who reaches the listener:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/apikey"
 	"github.com/airlock-sandbox/airlock/internal/audit"
@@ -86,10 +85,7 @@ func (s *Server) auditAction(r *http.Request, id, action string, status int) {
 	if s.audit == nil || id == "" {
 		return
 	}
-	key := r.Header.Get("X-API-KEY")
-	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); key == "" && ok && strings.EqualFold(scheme, "Bearer") {
-		key = token
-	}
+	key := requestKey(r)
 	client, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		client = r.RemoteAddr
