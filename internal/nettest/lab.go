@@ -301,7 +301,17 @@ func (l *Lab) startServers() error {
 	}
 	l.serveWeb(httpLn, tlsLn, bannerLn, certs, pkgs)
 	l.wg.Add(1)
-	go func() { defer l.wg.Done(); serveSOCKS(socksLn) }()
+	go func() {
+		defer l.wg.Done()
+		serveSOCKS(socksLn, func(dst netip.AddrPort) (net.Conn, error) {
+			var c net.Conn
+			err := Do(l.Internet, func() (err error) {
+				c, err = net.DialTimeout("tcp4", dst.String(), 5*time.Second)
+				return err
+			})
+			return c, err
+		})
+	}()
 	return l.serveDNS(dnsPC, dnsLn)
 }
 

@@ -5,14 +5,15 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
 	"time"
 )
 
 // serveSOCKS serves a SOCKS5 proxy on ln until it closes: username and
 // password authentication only (SOCKSUser, SOCKSPassword), CONNECT to an
-// IPv4 address or a name, nothing else.
-func serveSOCKS(ln net.Listener) {
+// IPv4 address of the lab, nothing else. dial connects from inside the
+// lab's internet: a goroutine's own thread may be in any namespace, and
+// a socket made there would leave the machine.
+func serveSOCKS(ln net.Listener, dial func(addr netip.AddrPort) (net.Conn, error)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -21,7 +22,7 @@ func serveSOCKS(ln net.Listener) {
 		go func() {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(10 * time.Second))
-			out, err := socksHandshake(c)
+			out, err := socksHandshake(c, dial)
 			if err != nil {
 				return
 			}
@@ -37,7 +38,7 @@ func serveSOCKS(ln net.Listener) {
 }
 
 // socksHandshake authenticates the client and connects where it asks.
-func socksHandshake(c net.Conn) (net.Conn, error) {
+func socksHandshake(c net.Conn, dial func(addr netip.AddrPort) (net.Conn, error)) (net.Conn, error) {
 	read := func(n int) ([]byte, error) {
 		b := make([]byte, n)
 		_, err := io.ReadFull(c, b)
@@ -79,33 +80,24 @@ func socksHandshake(c net.Conn) (net.Conn, error) {
 	if err != nil || req[0] != 5 || req[1] != 1 {
 		return nil, io.ErrUnexpectedEOF
 	}
-	var host string
-	switch req[3] {
-	case 1:
-		a, err := read(4)
-		if err != nil {
-			return nil, err
-		}
-		host = netip.AddrFrom4([4]byte(a)).String()
-	case 3:
-		n, err := read(1)
-		if err != nil {
-			return nil, err
-		}
-		name, err := read(int(n[0]))
-		if err != nil {
-			return nil, err
-		}
-		host = string(name)
-	default:
+	if req[3] != 1 { // an IPv4 address; a name would be looked up outside
 		c.Write([]byte{5, 8, 0, 1, 0, 0, 0, 0, 0, 0})
 		return nil, io.ErrUnexpectedEOF
+	}
+	a, err := read(4)
+	if err != nil {
+		return nil, err
 	}
 	p, err := read(2)
 	if err != nil {
 		return nil, err
 	}
-	out, err := net.DialTimeout("tcp4", net.JoinHostPort(host, strconv.Itoa(int(binary.BigEndian.Uint16(p)))), 5*time.Second)
+	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(a)), binary.BigEndian.Uint16(p))
+	if !labAddr(dst.Addr()) {
+		c.Write([]byte{5, 2, 0, 1, 0, 0, 0, 0, 0, 0}) // not allowed by the ruleset
+		return nil, io.ErrUnexpectedEOF
+	}
+	out, err := dial(dst)
 	if err != nil {
 		c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
 		return nil, err
@@ -115,4 +107,14 @@ func socksHandshake(c net.Conn) (net.Conn, error) {
 	reply = binary.BigEndian.AppendUint16(reply, uint16(bound.Port))
 	c.Write(reply)
 	return out, nil
+}
+
+// labAddr reports whether a is one of the lab's internet's hosts.
+func labAddr(a netip.Addr) bool {
+	for _, p := range []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.0/24")} {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return a == PrivateAddr
 }

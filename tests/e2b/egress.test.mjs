@@ -413,6 +413,7 @@ test('a budget ends a transfer at its limit', { skip, timeout: 120_000 }, async 
     await sbx.kill()
   } finally {
     await srv.stop()
+    Object.assign(process.env, server.env) // the SDK's default server again
   }
 })
 

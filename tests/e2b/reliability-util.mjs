@@ -179,11 +179,13 @@ function foreignAirlock(ours) {
 }
 
 // What a server's state directory holds that is no sandbox's: caches a
-// first use makes and keeps (gVisor's copy of /etc, warm snapshots).
+// first use makes and keeps (gVisor's copy of /etc, warm snapshots), and
+// the audit trails, which outlive their sandboxes by design (for
+// audit.retention; internal/audit's tests cover their sweep).
 // Each box of a pool holds its own files (namespaces: run/runs/<id> and
 // run/agents/<id>.sock; gVisor: gvisor/bundles/<id>/…, gvisor/state/<id>/…,
 // gvisor/agents/<id>/agent.sock): those compare equal at equal pool fill.
-const kept = [/^gvisor\/etc\//, /^warm\//]
+const kept = [/^gvisor\/etc\//, /^warm\//, /^audit\//]
 
 function files(dir) {
   const out = []
