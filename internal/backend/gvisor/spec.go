@@ -272,7 +272,11 @@ func (be *Backend) writeImageBundle(b *bundle, spec *backend.Spec, extra []specs
 		return err
 	}
 	mounts = append(append(append(mounts, user...), code...), extra...)
-	etc, err := b.imageRoot(p, spec.NetNS != nil, be.trustOf(spec.NetNS != nil), mounts[1+len(scratch):])
+	// The CA whether or not this sandbox has a network: a warm snapshot
+	// (made without one) and its networked clones must have the same
+	// mounts, or runsc cannot restore the one into the other. Without a
+	// network the CA is trusted for nothing.
+	etc, err := b.imageRoot(p, spec.NetNS != nil, be.trust, mounts[1+len(scratch):])
 	if err != nil {
 		return err
 	}
