@@ -293,7 +293,7 @@ func (p *proxy) handle(r *relay) {
 	}
 	if !p.setOut(r, out) {
 		out.Close()
-		reset(r.in)
+		p.refuse(r, "the policy changed while it was dialed, and no longer allows it")
 		return
 	}
 	defer func() { p.audit(r, "allowed", "") }()
